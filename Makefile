@@ -1,0 +1,26 @@
+# Set-up and the two README jobs. Every target installs what it needs into .venv first.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test fig1 bench-synthetic clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade "pip>=24"
+	$(PY) -m pip install -e ".[test]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+fig1: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/fig1_synthetic.sh
+
+bench-synthetic: $(STAMP)
+	$(PY) scripts/bench_synthetic.py
+
+clean-venv:
+	rm -rf $(VENV)

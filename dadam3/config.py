@@ -1,0 +1,59 @@
+"""Helpers shared by the Hydra entry points: config location, resolvers, turning the
+``optimizer`` and ``topology`` groups into plain arguments, and a one-line error for an
+unknown group choice on the command line (before Hydra prints its multi-line one)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from dadam3.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+if not OmegaConf.has_resolver("inv_one_plus_sq"):
+    # beta2 = 1/(1+c^2) of Section 5.1 follows game.c
+    OmegaConf.register_new_resolver("inv_one_plus_sq", lambda c: 1.0 / (1.0 + float(c) ** 2))
+
+
+def group_choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
+    """Raise a one-line ConfigError for ``group=value`` overrides naming no config file."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or key.lstrip("+~") not in groups or "(" in value:
+            continue
+        key = key.lstrip("+~")
+        allowed = group_choices(key)
+        for v in value.split(","):
+            if v.strip() not in allowed:
+                raise ConfigError(key, v.strip(), f"unknown {key}; allowed: {', '.join(allowed)}")
+
+
+def topology_args(cfg: DictConfig) -> tuple[str, int, dict[str, Any]]:
+    """(name, rounds, builder keyword arguments) from the ``topology`` group."""
+    t = OmegaConf.to_container(cfg, resolve=True)
+    name = t.pop("name")
+    rounds = t.pop("rounds", 1)
+    return name, rounds, {k: v for k, v in t.items()}
+
+
+def optimizer_args(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
+    """(name, hyper-parameters) from the ``optimizer`` group."""
+    o = OmegaConf.to_container(cfg, resolve=True)
+    return o.pop("name"), o
+
+
+def run_cli(hydra_main, groups: Sequence[str]) -> None:
+    """Entry-point wrapper: pre-check group choices, then hand over to Hydra."""
+    try:
+        check_group_choices(sys.argv[1:], groups)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    hydra_main()

@@ -1,0 +1,60 @@
+"""Adam3 / Dadam3 / Cadam3: adaptive momentum for min-max problems.
+
+Barazandeh, Huang, Michailidis, "A Decentralized Adaptive Momentum Method for Solving
+a Class of Min-Max Optimization Problems", Algorithm 1 (Adam3, one node) and
+Algorithm 2 (Dadam3). With mixing matrix W and t gossip rounds, for k = 1..N:
+
+    Z_k      = (X_{k-1} - eta D_{k-1}) W^t
+    G_k      = stochastic operator [grad_theta f, -grad_alpha f] at Z_k
+    M_k      = beta_{1,k} M_{k-1} + (1 - beta_{1,k}) G_k,      beta_{1,k} = beta1 * lambda^(k-1)
+    V_k      = beta2 V_{k-1} + (1 - beta2) G_k * G_k
+    Lambda_k = beta3 Lambda_{k-1} + (1 - beta3) max(Lambda_{k-1}, V_k)
+    D_k      = M_k / (sqrt(Lambda_k) + eps)
+    X_k      = (X_{k-1} - eta D_k) W^t
+
+Adam3 is M = 1 (W = [1]); Cadam3 is the complete graph W = 11^T/M. Initial values:
+X_0 = the parameters, M_0 = V_0 = D_0 = 0, Lambda_0 = ``lambda0`` (0 in the paper).
+"""
+from __future__ import annotations
+
+import torch
+
+from dadam3.optim.base import OptimisticGossip
+
+
+class Dadam3(OptimisticGossip):
+    """Decentralized ADAptive Momentum Min-Max (Algorithm 2).
+
+    Args: params (stacked [M, ...]), mixer (None = no communication), lr (eta),
+    beta1, beta2, beta3, eps, beta1_decay (lambda of the schedule beta1 * lambda^(k-1);
+    1 keeps beta1 constant), lambda0 (initial Lambda_0), maximize (per group).
+    """
+
+    def __init__(self, params, mixer=None, lr: float = 1e-3, beta1: float = 0.0, beta2: float = 0.999,
+                 beta3: float = 0.1, eps: float = 1e-8, beta1_decay: float = 1.0, lambda0: float = 0.0,
+                 maximize: bool = False):
+        defaults = dict(lr=lr, beta1=beta1, beta2=beta2, beta3=beta3, eps=eps,
+                        beta1_decay=beta1_decay, lambda0=lambda0, maximize=maximize)
+        super().__init__(params, defaults, mixer)
+
+    def _init_direction_state(self, p, group):
+        return {"m": torch.zeros_like(p), "v": torch.zeros_like(p),
+                "lam": torch.full_like(p, group["lambda0"])}
+
+    def _direction(self, g, st, group, k):
+        beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
+        b2, b3 = group["beta2"], group["beta3"]
+        st["m"].mul_(beta1_k).add_(g, alpha=1 - beta1_k)                         # M_k
+        st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)                            # V_k
+        lam_max = torch.maximum(st["lam"], st["v"])                              # max(Lambda_{k-1}, V_k)
+        st["lam"].mul_(b3).add_(lam_max, alpha=1 - b3)                           # Lambda_k
+        return st["m"] / (st["lam"].sqrt() + group["eps"])                       # D_k
+
+
+class Adam3(Dadam3):
+    """ADAptive Momentum Min-Max on one node (Algorithm 1): Dadam3 without mixing."""
+
+    def __init__(self, params, lr: float = 1e-3, **kw):
+        kw.pop("mixer", None)
+        super().__init__(params, None, lr, **kw)
+

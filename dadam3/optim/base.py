@@ -1,0 +1,152 @@
+"""Machinery shared by every optimizer: node-stacked parameters, the mixer, the sign
+convention and the loop contract.
+
+* Every parameter is a tensor ``[M, ...]``: row i is node i's copy.
+* The min-max convention is the paper's: the operator is
+  ``G = [grad_theta f, -grad_alpha f]`` and every player descends along it. A
+  parameter group with ``maximize=True`` holds maximising players: its ``.grad`` is
+  taken as ``grad f`` and negated, so users may write ``f`` once for both players.
+* Contract: after ``step()`` the parameters hold the point where the next
+  gradient must be taken (``Z_{k+1}`` for the optimistic methods, ``X_k`` for the
+  single-sequence ones). A loop is just ``grads at params -> step()``.
+* ``mixer=None`` means no communication (W = I).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from dadam3.mixing import Mixer
+
+
+class NodeOptimizer(torch.optim.Optimizer):
+    """Base class: holds the mixer and the iteration counter ``k`` (steps taken so far)."""
+
+    def __init__(self, params: Iterable, defaults: dict, mixer: Mixer | None = None):
+        defaults.setdefault("maximize", False)
+        super().__init__(params, defaults)
+        self.mixer = mixer
+        self.k = 0
+        if mixer is not None:
+            for p in self._params():
+                if p.shape[0] != mixer.nodes:
+                    raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading node axis "
+                                     f"of size nodes={mixer.nodes}")
+
+    # -- helpers ----------------------------------------------------------------------
+    def _params(self):
+        for group in self.param_groups:
+            yield from group["params"]
+
+    def _grads(self):
+        """(group, param, operator component G) for every parameter that has a gradient."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    raise RuntimeError("every parameter needs a .grad before step(): the algorithms "
+                                       "move all players simultaneously")
+                yield group, p, (-p.grad if group["maximize"] else p.grad)
+
+    def _mix(self, tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
+        return tensors if self.mixer is None else self.mixer.mix(tensors, k)
+
+    # -- checkpointing ------------------------------------------------------------------
+    def state_dict(self):
+        sd = super().state_dict()
+        sd["k"] = self.k
+        return sd
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        self.k = int(state_dict.pop("k", 0))
+        super().load_state_dict(state_dict)
+
+
+class OptimisticGossip(NodeOptimizer):
+    """The two-sequence structure shared by Dadam3, DOSG and OAdagrad:
+
+        Z_k = (X_{k-1} - eta D_{k-1}) W^t          (gradient point; the params)
+        G_k = operator at Z_k
+        D_k = direction(G_k, state)                  (algorithm-specific)
+        X_k = (X_{k-1} - eta D_k) W^t
+
+    with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
+    Subclasses implement ``_init_direction_state`` and ``_direction``.
+    """
+
+    def __init__(self, params, defaults: dict, mixer: Mixer | None = None):
+        super().__init__(params, defaults, mixer)
+        with torch.no_grad():
+            ps = list(self._params())
+            for group in self.param_groups:
+                for p in group["params"]:
+                    st = self.state[p]
+                    st["x"] = p.detach().clone()
+                    st["d"] = torch.zeros_like(p)
+                    st.update(self._init_direction_state(p, group))
+            for p, z in zip(ps, self._mix([self.state[p]["x"] for p in ps], 1)):
+                p.copy_(z)
+
+    def _init_direction_state(self, p: torch.Tensor, group: dict) -> dict:
+        return {}
+
+    def _direction(self, g: torch.Tensor, state: dict, group: dict, k: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.k += 1
+        k = self.k
+        entries, x_half = [], []
+        for group, p, g in self._grads():
+            st = self.state[p]
+            st["d"] = self._direction(g, st, group, k)
+            entries.append((group["lr"], p, st))
+            x_half.append(st["x"] - group["lr"] * st["d"])
+        for (_, _, st), x in zip(entries, self._mix(x_half, k)):        # X_k
+            st["x"].copy_(x)
+        z_half = [st["x"] - lr * st["d"] for lr, _, st in entries]
+        for (_, p, _), z in zip(entries, self._mix(z_half, k + 1)):     # Z_{k+1}
+            p.copy_(z)
+        return loss
+
+
+class SingleSequenceGossip(NodeOptimizer):
+    """One sequence, adapt-then-combine: the gradient is taken at X_{k-1} (the params),
+
+        X_k = local_step(X_{k-1}, G_k) W^t
+
+    Subclasses implement ``_local_step`` (returns the point before mixing).
+    """
+
+    def _local_step(self, p: torch.Tensor, g: torch.Tensor, state: dict, group: dict, k: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.k += 1
+        ps, x_half = [], []
+        for group, p, g in self._grads():
+            x_half.append(self._local_step(p, g, self.state[p], group, self.k))
+            ps.append(p)
+        for p, x in zip(ps, self._mix(x_half, self.k)):
+            p.copy_(x)
+        return loss
+
+
+def adam_direction(g: torch.Tensor, st: dict, group: dict, k: int) -> torch.Tensor:
+    """Bias-corrected Adam direction (Kingma & Ba 2015), updating st["m"], st["v"] in place:
+    m_k = b1 m + (1-b1) g, v_k = b2 v + (1-b2) g^2, D = (m_k/(1-b1^k)) / (sqrt(v_k/(1-b2^k)) + eps)."""
+    b1, b2 = group["beta1"], group["beta2"]
+    st["m"].mul_(b1).add_(g, alpha=1 - b1)
+    st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
+    return (st["m"] / (1 - b1 ** k)) / ((st["v"] / (1 - b2 ** k)).sqrt() + group["eps"])

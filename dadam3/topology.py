@@ -1,0 +1,328 @@
+"""Mixing matrices W for M nodes, their validation and their spectral gap.
+
+Convention: ``x_i <- sum_j W[i, j] x_j``; on parameters stacked along a leading
+node axis this is ``W @ X``. (The paper writes ``X W`` with nodes as columns; the
+two agree for the symmetric matrices the theory assumes.) Node i's neighbours
+are ``N_i = {j : W[i, j] > 0}``.
+
+Assumption D of the paper: W is doubly stochastic and
+
+    rho = ||W - 11^T/M||_2 < 1,
+
+which for symmetric W equals max(|sigma_2(W)|, |sigma_M(W)|). With t gossip
+rounds per mixing (the paper's remark 3) the operator is W^t and its gap is
+``rho(W^t) = rho^t`` for symmetric W.
+
+Everything here is pure numpy (float64); nothing touches torch.distributed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from dadam3.errors import ConfigError
+
+TOLERANCE = 1e-6
+TOPOLOGIES = ("ring", "complete", "torus", "star", "exponential", "erdos_renyi",
+              "explicit", "one_peer_exponential")
+
+
+# --------------------------------------------------------------------------- builders
+def ring(M: int) -> np.ndarray:
+    """The paper's ring: W_ij = 1/3 if |i-j| <= 1 or |i-j| = M-1.
+
+    M = 1 is the single node (W = [1]); M = 2 has one neighbour each, so each node
+    averages itself and its neighbour with weight 1/2; M = 3 is the complete graph.
+    """
+    _check_nodes(M)
+    if M == 1:
+        return np.ones((1, 1))
+    if M == 2:
+        return np.full((2, 2), 0.5)
+    W = np.zeros((M, M))
+    for i in range(M):
+        for j in range(M):
+            if abs(i - j) <= 1 or abs(i - j) == M - 1:
+                W[i, j] = 1.0 / 3.0
+    return W
+
+
+def complete(M: int) -> np.ndarray:
+    """W = 11^T / M: one mixing round is exact averaging (the centralized variants)."""
+    _check_nodes(M)
+    return np.full((M, M), 1.0 / M)
+
+
+def metropolis_hastings(adjacency: np.ndarray) -> np.ndarray:
+    """Metropolis-Hastings weights of an undirected graph (no self loops in ``adjacency``):
+
+    W_ij = 1 / (1 + max(deg_i, deg_j)) for each edge, W_ii = 1 - sum_{j != i} W_ij.
+    Symmetric and doubly stochastic for every undirected graph.
+    """
+    A = (np.asarray(adjacency) > 0).astype(float)
+    np.fill_diagonal(A, 0.0)
+    deg = A.sum(axis=1)
+    W = np.where(A > 0, 1.0 / (1.0 + np.maximum(deg[:, None], deg[None, :])), 0.0)
+    W[np.diag_indices_from(W)] = 1.0 - W.sum(axis=1)
+    return W
+
+
+def torus(M: int, rows: int | None = None) -> np.ndarray:
+    """2-D torus of ``rows x (M // rows)`` nodes, each linked to its 4 grid neighbours
+    (wrapping around), Metropolis-Hastings weights (1/5 each when both sides >= 3).
+
+    ``rows=None`` picks the most square factorisation of M.
+    """
+    _check_nodes(M)
+    if rows is None:
+        rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
+    rows = int(rows)
+    if rows < 1 or M % rows:
+        raise ConfigError("topology.rows", rows, f"must be a divisor of nodes={M}")
+    cols = M // rows
+    A = np.zeros((M, M))
+    for r in range(rows):
+        for c in range(cols):
+            i = r * cols + c
+            for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                j = ((r + dr) % rows) * cols + (c + dc) % cols
+                if j != i:
+                    A[i, j] = A[j, i] = 1.0
+    return metropolis_hastings(A)
+
+
+def star(M: int) -> np.ndarray:
+    """Star with node 0 as hub, Metropolis-Hastings weights (hub-leaf weight 1/M)."""
+    _check_nodes(M)
+    A = np.zeros((M, M))
+    A[0, 1:] = A[1:, 0] = 1.0
+    return metropolis_hastings(A)
+
+
+def exponential(M: int) -> np.ndarray:
+    """Static exponential graph: i linked to i +- 2^k (mod M) for 2^k < M, made undirected,
+    Metropolis-Hastings weights (so W is symmetric, as the paper's theory assumes)."""
+    _check_nodes(M)
+    A = np.zeros((M, M))
+    hop = 1
+    while hop < M:
+        for i in range(M):
+            A[i, (i + hop) % M] = A[(i + hop) % M, i] = 1.0
+        hop *= 2
+    return metropolis_hastings(A)
+
+
+def erdos_renyi(M: int, p: float, seed: int = 0, max_tries: int = 1000) -> np.ndarray:
+    """G(M, p) with Metropolis-Hastings weights, redrawn (seeded) until connected."""
+    _check_nodes(M)
+    if not 0.0 < float(p) <= 1.0:
+        raise ConfigError("topology.p", p, "edge probability must be in (0, 1]")
+    rng = np.random.default_rng(seed)
+    for _ in range(max_tries):
+        upper = np.triu(rng.random((M, M)) < p, k=1)
+        A = (upper | upper.T).astype(float)
+        if _connected(A):
+            return metropolis_hastings(A)
+    raise ConfigError("topology.p", p, f"no connected G({M}, p) in {max_tries} draws; raise p")
+
+
+def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None = None) -> np.ndarray:
+    """A user-given W: inline (``topology.matrix``) or from a .npy / .csv / .txt file
+    (``topology.file``; whitespace- or comma-separated rows)."""
+    if (matrix is None) == (file is None):
+        raise ConfigError("topology.matrix", matrix,
+                          "give exactly one of topology.matrix (list of rows) or topology.file")
+    if file is not None:
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError("topology.file", file, "no such file (.npy, .csv or .txt matrix)")
+        if path.suffix == ".npy":
+            W = np.load(path)
+        else:
+            text = path.read_text().replace(",", " ")
+            W = np.loadtxt(text.splitlines(), ndmin=2)
+        key = "topology.file"
+    else:
+        try:
+            W = np.asarray(matrix, dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError("topology.matrix", matrix, "must be a list of numeric rows") from None
+        key = "topology.matrix"
+    if W.ndim != 2:
+        raise ConfigError(key, f"array of shape {W.shape}", "must be a 2-D square matrix")
+    return W.astype(float)
+
+
+def one_peer_exponential(M: int, k: int) -> np.ndarray:
+    """Time-varying one-peer exponential graph (Ying et al., NeurIPS 2021), beyond the paper.
+
+    At iteration k node i averages with the single peer (i + 2^(k mod tau)) mod M,
+    tau = ceil(log2 M): W_k = (I + P_k)/2 with P_k a cyclic shift. Each W_k is doubly
+    stochastic but not symmetric; for M a power of two the product over one period
+    is exact averaging.
+    """
+    _check_nodes(M)
+    if M == 1:
+        return np.ones((1, 1))
+    tau = max(1, math.ceil(math.log2(M)))
+    shift = 2 ** (k % tau)
+    W = 0.5 * np.eye(M)
+    for i in range(M):
+        W[i, (i + shift) % M] += 0.5
+    return W
+
+
+# --------------------------------------------------------------------------- properties
+def spectral_gap_rho(W: np.ndarray) -> float:
+    """rho = ||W - 11^T/M||_2 (largest singular value of W minus the averaging matrix)."""
+    M = W.shape[0]
+    return float(np.linalg.norm(W - np.full((M, M), 1.0 / M), ord=2))
+
+
+def validate(W: np.ndarray, key: str = "topology", symmetric: bool = True,
+             require_connected: bool = True, tol: float = TOLERANCE) -> None:
+    """Raise a one-line :class:`ConfigError` unless W is a valid mixing matrix:
+    square, finite, non-negative, rows and columns summing to 1 (within ``tol``),
+    symmetric when ``symmetric``, and connected (rho < 1) when ``require_connected``."""
+    W = np.asarray(W, dtype=float)
+    if W.ndim != 2 or W.shape[0] != W.shape[1]:
+        raise ConfigError(key, f"matrix of shape {W.shape}", "mixing matrix must be square")
+    if not np.all(np.isfinite(W)):
+        raise ConfigError(key, "matrix with NaN/Inf", "mixing matrix entries must be finite")
+    if W.min() < -tol:
+        i, j = np.unravel_index(np.argmin(W), W.shape)
+        raise ConfigError(key, f"W[{i},{j}]={W[i, j]:g}", "mixing matrix entries must be >= 0")
+    rows, cols = W.sum(axis=1), W.sum(axis=0)
+    if np.max(np.abs(rows - 1)) > tol:
+        i = int(np.argmax(np.abs(rows - 1)))
+        raise ConfigError(key, f"row {i} sums to {rows[i]:.6g}",
+                          "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
+    if np.max(np.abs(cols - 1)) > tol:
+        j = int(np.argmax(np.abs(cols - 1)))
+        raise ConfigError(key, f"column {j} sums to {cols[j]:.6g}",
+                          "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
+    if symmetric and np.max(np.abs(W - W.T)) > tol:
+        raise ConfigError(key, "non-symmetric matrix",
+                          "must be symmetric (undirected graph, Assumption D); "
+                          "set topology.require_symmetric=false to allow it")
+    if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
+        raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}",
+                          "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
+
+
+# --------------------------------------------------------------------------- topology object
+@dataclass
+class Topology:
+    """The mixing schedule: ``matrix(k)`` is the W applied at iteration k (k >= 1), and
+    ``operator(k)`` is the product of ``rounds`` gossip rounds, W^t for a static W."""
+
+    name: str
+    nodes: int
+    rounds: int = 1
+    static_W: np.ndarray | None = None
+    schedule: Callable[[int], np.ndarray] | None = None
+    period: int = 1
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def time_varying(self) -> bool:
+        return self.schedule is not None
+
+    def matrix(self, k: int = 1) -> np.ndarray:
+        return self.static_W if self.schedule is None else self.schedule(k)
+
+    def operator(self, k: int = 1) -> np.ndarray:
+        """W^t (static), or W_{k,t} ... W_{k,1} for time-varying: round r uses the
+        schedule's matrix number (k-1)*t + r."""
+        if self.schedule is None:
+            if "static" not in self._cache:
+                self._cache["static"] = np.linalg.matrix_power(self.static_W, self.rounds)
+            return self._cache["static"]
+        phase = ((k - 1) * self.rounds) % self.period
+        if phase not in self._cache:
+            P = np.eye(self.nodes)
+            for r in range(self.rounds):
+                P = self.schedule(phase + r) @ P
+            self._cache[phase] = P
+        return self._cache[phase]
+
+    @property
+    def rho(self) -> float:
+        """rho of a single W (static), or of the product of one period (time-varying)."""
+        if self.schedule is None:
+            return spectral_gap_rho(self.static_W)
+        P = np.eye(self.nodes)
+        for r in range(self.period):
+            P = self.schedule(r) @ P
+        return spectral_gap_rho(P)
+
+    @property
+    def rho_t(self) -> float:
+        """rho of the first mixing operator (t rounds): ||W^t - 11^T/M||_2."""
+        return spectral_gap_rho(self.operator(1))
+
+    def neighbours(self, k: int = 1) -> list[list[int]]:
+        """Out-neighbours (j != i that receive i's value) of each node for one round."""
+        W = self.matrix(k)
+        return [[j for j in range(self.nodes) if j != i and W[j, i] > 0] for i in range(self.nodes)]
+
+
+def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None = None,
+                   p: float = 0.5, seed: int = 0, matrix=None, file: str | None = None,
+                   require_symmetric: bool = True) -> Topology:
+    """Build and validate a :class:`Topology` from config values (``topology.*`` keys)."""
+    _check_nodes(nodes)
+    if int(rounds) != rounds or rounds < 1:
+        raise ConfigError("topology.rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
+    rounds = int(rounds)
+    if name == "one_peer_exponential":
+        period = max(1, math.ceil(math.log2(nodes))) if nodes > 1 else 1
+        topo = Topology(name, nodes, rounds, schedule=lambda k: one_peer_exponential(nodes, k),
+                        period=period)
+        for r in range(period):
+            validate(topo.schedule(r), "topology", symmetric=False, require_connected=False)
+        if nodes > 1 and topo.rho >= 1 - 1e-9:
+            raise ConfigError("topology", name, "product of one period is not connected")
+        return topo
+    builders: dict[str, Callable[[], np.ndarray]] = {
+        "ring": lambda: ring(nodes),
+        "complete": lambda: complete(nodes),
+        "torus": lambda: torus(nodes, rows),
+        "star": lambda: star(nodes),
+        "exponential": lambda: exponential(nodes),
+        "erdos_renyi": lambda: erdos_renyi(nodes, p, seed),
+        "explicit": lambda: explicit(matrix, file),
+    }
+    if name not in builders:
+        raise ConfigError("topology", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
+    W = builders[name]()
+    if name == "explicit":
+        key = "topology.file" if file is not None else "topology.matrix"
+        if W.shape[0] != nodes:
+            raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} (nodes={nodes})")
+        validate(W, key, symmetric=require_symmetric)
+    else:
+        validate(W, f"topology={name}")
+    return Topology(name, nodes, rounds, static_W=W)
+
+
+# --------------------------------------------------------------------------- helpers
+def _check_nodes(M) -> None:
+    if int(M) != M or M < 1:
+        raise ConfigError("nodes", M, "must be an integer >= 1")
+
+
+def _connected(A: np.ndarray) -> bool:
+    M = A.shape[0]
+    seen, stack = {0}, [0]
+    while stack:
+        i = stack.pop()
+        for j in np.nonzero(A[i])[0]:
+            if int(j) not in seen:
+                seen.add(int(j))
+                stack.append(int(j))
+    return len(seen) == M

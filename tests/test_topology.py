@@ -1,0 +1,124 @@
+"""Mixing matrices: each topology's properties and each validation error."""
+import numpy as np
+import pytest
+
+from dadam3 import topology as T
+from dadam3.errors import ConfigError
+
+
+def assert_doubly_stochastic(W):
+    assert np.all(W >= 0)
+    np.testing.assert_allclose(W.sum(axis=0), 1.0, atol=1e-12)
+    np.testing.assert_allclose(W.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_ring_matches_paper_definition():
+    W = T.ring(5)
+    expected = np.array([[1, 1, 0, 0, 1], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [1, 0, 0, 1, 1]]) / 3
+    np.testing.assert_array_equal(W, expected)
+    # eigenvalues (1 + 2 cos(2 pi j / 5)) / 3  ->  rho = (1 + 2 cos(72 deg)) / 3
+    assert T.spectral_gap_rho(W) == pytest.approx((1 + 2 * np.cos(2 * np.pi / 5)) / 3)
+
+
+def test_ring_small_m():
+    np.testing.assert_array_equal(T.ring(1), [[1.0]])
+    np.testing.assert_array_equal(T.ring(2), [[0.5, 0.5], [0.5, 0.5]])
+    np.testing.assert_allclose(T.ring(3), np.full((3, 3), 1 / 3))
+    for M in (1, 2, 3, 4, 7):
+        assert_doubly_stochastic(T.ring(M))
+
+
+def test_complete_is_exact_averaging():
+    W = T.complete(4)
+    np.testing.assert_allclose(W, 0.25)
+    assert T.spectral_gap_rho(W) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_torus_3x3_has_weight_one_fifth():
+    W = T.torus(9)
+    assert_doubly_stochastic(W)
+    np.testing.assert_allclose(W, W.T)
+    for i in range(9):
+        nz = np.nonzero(W[i])[0]
+        assert len(nz) == 5 and np.allclose(W[i, nz], 0.2)
+    # 2 x 3 torus: vertical neighbours coincide, MH weights still valid
+    W23 = T.torus(6, rows=2)
+    assert_doubly_stochastic(W23)
+    with pytest.raises(ConfigError, match=r"topology.rows"):
+        T.torus(6, rows=4)
+
+
+def test_star_exponential_erdos_renyi_are_symmetric_doubly_stochastic_connected():
+    for W in (T.star(6), T.exponential(8), T.erdos_renyi(10, 0.3, seed=1)):
+        assert_doubly_stochastic(W)
+        np.testing.assert_allclose(W, W.T)
+        assert T.spectral_gap_rho(W) < 1
+    S = T.star(5)
+    assert S[0, 1] == pytest.approx(1 / 5) and S[1, 1] == pytest.approx(4 / 5) and S[1, 2] == 0
+    E = T.exponential(8)
+    assert set(np.nonzero(E[0])[0]) == {0, 1, 2, 4, 7, 6}  # 0 +- 1, 2, 4
+    np.testing.assert_array_equal(T.erdos_renyi(10, 0.3, seed=1), T.erdos_renyi(10, 0.3, seed=1))
+    assert not np.array_equal(T.erdos_renyi(10, 0.3, seed=1), T.erdos_renyi(10, 0.3, seed=2))
+
+
+def test_one_peer_exponential_period_product_is_exact_average():
+    topo = T.build_topology("one_peer_exponential", 8)
+    assert topo.period == 3
+    P = np.eye(8)
+    for k in range(1, 4):
+        Wk = topo.operator(k)
+        assert_doubly_stochastic(Wk)
+        assert np.count_nonzero(Wk[0]) == 2  # itself and one peer
+        P = Wk @ P
+    np.testing.assert_allclose(P, np.full((8, 8), 1 / 8), atol=1e-15)
+    assert topo.rho == pytest.approx(0.0, abs=1e-12)
+
+
+def test_rounds_give_matrix_power_and_rho_t():
+    topo = T.build_topology("ring", 6, rounds=3)
+    W = T.ring(6)
+    np.testing.assert_allclose(topo.operator(1), W @ W @ W)
+    assert topo.rho_t == pytest.approx(topo.rho ** 3)
+
+
+def test_explicit_from_list_and_files(tmp_path):
+    W = [[0.75, 0.25], [0.25, 0.75]]
+    np.testing.assert_array_equal(T.build_topology("explicit", 2, matrix=W).static_W, W)
+    np.save(tmp_path / "W.npy", np.array(W))
+    (tmp_path / "W.csv").write_text("0.75,0.25\n0.25,0.75\n")
+    for f in ("W.npy", "W.csv"):
+        np.testing.assert_array_equal(T.build_topology("explicit", 2, file=str(tmp_path / f)).static_W, W)
+
+
+@pytest.mark.parametrize("matrix, match", [
+    ([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], r"topology.matrix=2x3 matrix: must be 2x2|square"),
+    ([[0.5, float("nan")], [0.5, 0.5]], r"finite"),
+    ([[1.5, -0.5], [-0.5, 1.5]], r"W\[0,1\]=-0.5: mixing matrix entries must be >= 0"),
+    ([[0.5, 0.4], [0.5, 0.5]], r"row 0 sums to 0.9: mixing matrix must be doubly stochastic"),
+    ([[0.6, 0.4], [0.5, 0.5]], r"column 0 sums to 1.1: mixing matrix must be doubly stochastic"),
+    ([[1.0, 0.0], [0.0, 1.0]], r"rho=1: graph must be connected"),
+])
+def test_explicit_validation_errors(matrix, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        T.build_topology("explicit", 2, matrix=matrix)
+    assert "\n" not in str(e.value) and str(e.value).startswith("topology.matrix")
+
+
+def test_non_symmetric_rejected_unless_allowed():
+    W = [[0.5, 0.5, 0.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.5]]
+    with pytest.raises(ConfigError, match=r"must be symmetric"):
+        T.build_topology("explicit", 3, matrix=W)
+    assert T.build_topology("explicit", 3, matrix=W, require_symmetric=False).rho < 1
+
+
+def test_bad_names_and_values():
+    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology; allowed: ring, "):
+        T.build_topology("hypercube", 4)
+    with pytest.raises(ConfigError, match=r"^nodes=0: must be an integer >= 1"):
+        T.build_topology("ring", 0)
+    with pytest.raises(ConfigError, match=r"^topology.rounds=0"):
+        T.build_topology("ring", 4, rounds=0)
+    with pytest.raises(ConfigError, match=r"^topology.p=0"):
+        T.build_topology("erdos_renyi", 4, p=0)
+    with pytest.raises(ConfigError, match=r"^topology.file=/nonexistent/W.npy: no such file"):
+        T.build_topology("explicit", 4, file="/nonexistent/W.npy")
