@@ -1,0 +1,287 @@
+"""Build the datasets of Section 5.2 by name, through torchvision's own dataset classes.
+
+Layouts under ``root`` and what one item is:
+
+* ``mnist`` — ``MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (or the ``.gz``
+  files, decompressed in place): 1×32×32, the 28 px digits resized bilinearly as in the paper.
+* ``cifar10`` / ``cifar100`` — ``cifar-10-batches-py/`` / ``cifar-100-python/`` (the
+  extracted official python archives): 3×32×32.
+* ``celeba`` — torchvision's layout ``celeba/img_align_celeba/*.jpg`` plus the annotation
+  txt files (``list_eval_partition.txt`` …), or any folder of images, nested or not:
+  3×64×64, centre square crop then resize.
+* ``imagenette`` — ``imagenette2-160/{train,val}/<wnid>/*.JPEG`` (the "160px" release):
+  3×64×64, shorter side resized to 64 then centre crop.
+* ``fake`` — no files (:mod:`dadam3.data.fake`): 3×32×32 by default.
+* ``gaussians`` — no files (:mod:`dadam3.data.gaussians`): 2-D points, infinite.
+
+Every image is float32 C×H×W normalised with mean 0.5 / std 0.5, i.e. in [-1, 1].
+MNIST and CIFAR are preloaded into one uint8 tensor (:class:`TensorImages`); CelebA and
+Imagenette decode on demand (:class:`DecodedImages`).
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+from torchvision import datasets, transforms
+from torchvision.transforms.v2 import functional as F2
+from torchvision.datasets.utils import extract_archive
+
+from dadam3.data._validate import check_choice, check_int
+from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDataset, ImageFiles,
+                                    TensorImages, ToRGB, find_image_files)
+from dadam3.data.fake import FakeImages
+from dadam3.data.gaussians import GaussianRing
+from dadam3.errors import ConfigError
+
+NAMES = ("mnist", "cifar10", "cifar100", "celeba", "imagenette", "fake", "gaussians")
+
+# name -> (default image_size, largest size the source can provide without upsampling
+# beyond the paper's own choice: MNIST's 28 px are scaled to 32 as in the paper)
+IMAGE_SIZES = {
+    "mnist": (32, 32),
+    "cifar10": (32, 32),
+    "cifar100": (32, 32),
+    "celeba": (64, 178),       # aligned CelebA images are 178×218
+    "imagenette": (64, 160),   # the "160px" release: shorter side 160
+    "fake": (32, 1024),
+}
+MIN_IMAGE_SIZE = 8
+
+# extra keyword options each dataset accepts (anything else is a ConfigError)
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "mnist": (),
+    "cifar10": (),
+    "cifar100": (),
+    "celeba": ("split", "crop", "workers"),
+    "imagenette": ("workers",),
+    "fake": ("channels", "length", "num_classes", "seed"),
+    "gaussians": ("modes", "radius", "std"),
+}
+
+CELEBA_SPLITS = ("train", "valid", "test", "all")
+
+
+def build_dataset(name: str, root: str | Path | None, image_size: int | None = None,
+                  download: bool = False, train: bool = True, **kw: Any) -> ImageDataset | GaussianRing:
+    """The dataset called ``name``; see the module docstring for layouts and shapes.
+
+    Args:
+        name: one of :data:`NAMES`.
+        root: data directory (unused by ``fake`` and ``gaussians``).
+        image_size: output side length; ``None`` gives the paper's size (32 or 64).
+        download: let torchvision download missing files (needs internet).
+        train: training split (``False``: MNIST/CIFAR test set, CelebA "test", Imagenette "val").
+        **kw: per-dataset options, see :data:`OPTIONS`:
+            celeba — ``split`` (overrides ``train``), ``crop`` (square crop side, default the
+            shorter side), ``workers`` (decode threads); imagenette — ``workers``;
+            fake — ``channels``, ``length``, ``num_classes``, ``seed``;
+            gaussians — ``modes``, ``radius``, ``std``.
+
+    Raises:
+        ConfigError: unknown name or option, unsupported size, missing or corrupt files.
+    """
+    key = name.lower() if isinstance(name, str) else name
+    if key not in NAMES:
+        raise ConfigError("dataset.name", name, f"unknown dataset; allowed: {', '.join(NAMES)}")
+    unknown = sorted(set(kw) - set(OPTIONS[key]))
+    if unknown:
+        allowed = ", ".join(OPTIONS[key]) or "none"
+        raise ConfigError(f"dataset.{unknown[0]}", kw[unknown[0]],
+                          f"not an option of dataset {key}; allowed: {allowed}")
+    if key == "gaussians":
+        if image_size is not None:
+            raise ConfigError("dataset.image_size", image_size,
+                              "gaussians are 2-D points, not images; leave it unset (null)")
+        return GaussianRing(**kw)
+    size = _image_size(key, image_size)
+    if key == "fake":
+        return FakeImages(image_size=size, train=train, **kw)
+    if root is None or str(root).strip() == "":
+        raise ConfigError("dataset.root", root, f"dataset {key} needs a data directory")
+    loader: Callable[..., ImageDataset] = _LOADERS[key]
+    return loader(Path(root).expanduser(), size, bool(download), bool(train), **kw)
+
+
+def _image_size(name: str, image_size: int | None) -> int:
+    default, largest = IMAGE_SIZES[name]
+    if image_size is None:
+        return default
+    if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) \
+            or not MIN_IMAGE_SIZE <= image_size <= largest:
+        raise ConfigError("dataset.image_size", image_size,
+                          f"{name} provides square images of side {MIN_IMAGE_SIZE}..{largest} "
+                          f"(paper: {default})")
+    return int(image_size)
+
+
+def _normalize(channels: int) -> transforms.Normalize:
+    return transforms.Normalize((0.5,) * channels, (0.5,) * channels)
+
+
+# ---------------------------------------------------------------- MNIST / CIFAR (preloaded)
+
+def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    raw = root / "MNIST" / "raw"
+    names = [Path(f).stem for f, _ in datasets.MNIST.resources]   # *.gz -> idx file name
+    hint = "set dataset.download=true or place the idx files (raw or .gz) there"
+    if not download:
+        _gunzip_missing(root, raw, names)
+    base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
+                      "MNIST", root, raw, names, download, hint)
+    images = _resize_uint8(base.data.unsqueeze(1), size)
+    return TensorImages(images, base.targets, "mnist")
+
+
+def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
+                root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    folder = root / cls.base_folder
+    names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+    hint = f"set dataset.download=true or extract {cls.filename} into {root}"
+    base = _construct(lambda: cls(str(root), train=train, download=download),
+                      title, root, folder, names, download, hint)
+    images = torch.from_numpy(np.ascontiguousarray(base.data)).permute(0, 3, 1, 2)   # HWC -> CHW
+    images = _resize_uint8(images, size)
+    return TensorImages(images, torch.as_tensor(base.targets, dtype=torch.int64), name)
+
+
+def _load_cifar10(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    return _load_cifar(datasets.CIFAR10, "cifar10", "CIFAR-10", root, size, download, train)
+
+
+def _load_cifar100(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    return _load_cifar(datasets.CIFAR100, "cifar100", "CIFAR-100", root, size, download, train)
+
+
+def _resize_uint8(images: Tensor, size: int) -> Tensor:
+    """Resize uint8 ``[N, C, H, W]`` to ``size × size`` in one call (bilinear, antialiased).
+
+    torchvision's uint8 tensor kernel: for the paper's MNIST 28 → 32 it gives exactly the
+    pixels of the per-item PIL ``Resize(32) → ToTensor`` pipeline (tested); for other
+    downscales it may differ from PIL by one grey level on a few pixels.
+    """
+    if tuple(images.shape[-2:]) == (size, size):
+        return images.contiguous()
+    return F2.resize(images, [size, size], antialias=True).contiguous()
+
+
+def _gunzip_missing(root: Path, folder: Path, names: list[str]) -> None:
+    """Decompress ``name.gz`` next to itself where ``name`` is missing (torchvision reads raw idx)."""
+    for name in names:
+        gz = folder / f"{name}.gz"
+        if not (folder / name).is_file() and gz.is_file():
+            try:
+                extract_archive(str(gz))
+            except (OSError, EOFError) as e:
+                raise ConfigError("dataset.root", str(root), f"cannot decompress {gz}: {e}") from None
+
+
+def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
+               download: bool, hint: str) -> Any:
+    """Run a torchvision constructor, turning its failures into one-line ConfigErrors."""
+    try:
+        return make()
+    except (RuntimeError, OSError) as e:
+        reason = _one_line(e)
+        if download:
+            raise ConfigError("dataset.download", True,
+                              f"downloading {title} into {root} failed ({reason}); "
+                              f"place the files at {where} yourself and set dataset.download=false") from None
+        missing = [n for n in names if not (where / n).is_file()]
+        if missing:
+            raise ConfigError("dataset.root", str(root),
+                              f"{title} not found at {where} (missing {', '.join(missing)}); {hint}") from None
+        raise ConfigError("dataset.root", str(root),
+                          f"{title} files at {where} were rejected by torchvision ({reason}); "
+                          "they may be corrupt or not the official release: delete them and "
+                          "set dataset.download=true") from None
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception as one short line (ConfigError messages are single lines)."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- CelebA / Imagenette (decoded)
+
+def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str | None = None,
+                 crop: int | None = None, workers: int = 0) -> DecodedImages:
+    split = check_choice("dataset.split", split if split is not None else ("train" if train else "test"),
+                         CELEBA_SPLITS)
+    if crop is not None:
+        crop = check_int("dataset.crop", crop, 1)
+    workers = check_int("dataset.workers", workers, 0)
+    transform = transforms.Compose([ToRGB(), CenterSquareCrop(crop), transforms.Resize((size, size)),
+                                    transforms.ToTensor(), _normalize(3)])
+    shape = (3, size, size)
+    tv_images = root / "celeba" / "img_align_celeba"
+    folder = root
+    if download or tv_images.is_dir():
+        try:
+            base = datasets.CelebA(str(root), split=split, target_type=[], transform=transform,
+                                   download=download)
+            return DecodedImages(base, shape, None, "celeba", workers)
+        except (RuntimeError, OSError, ImportError) as e:
+            if download:
+                raise ConfigError("dataset.download", True,
+                                  f"downloading CelebA into {root} failed ({_one_line(e)}); needs gdown and "
+                                  f"Google Drive access; place the files at {root / 'celeba'} yourself "
+                                  "and set dataset.download=false") from None
+            warnings.warn(f"CelebA at {root / 'celeba'}: torchvision's annotation files are missing or "
+                          f"fail their md5 check ({_one_line(e)}); using every image in {tv_images} as a plain "
+                          f"folder (split {split!r} ignored)", stacklevel=3)
+            folder = tv_images
+    if not folder.is_dir() or not find_image_files(folder):
+        raise ConfigError("dataset.root", str(root),
+                          f"CelebA not found: expected {tv_images}/*.jpg with list_eval_partition.txt "
+                          f"and the other annotation files in {root / 'celeba'} (torchvision layout), "
+                          f"or image files anywhere under {root}; set dataset.download=true or place "
+                          "the images there")
+    if folder == root and split in ("valid", "test"):
+        warnings.warn(f"CelebA from a plain folder ({root}) has no splits: using all images "
+                      f"(split {split!r} ignored)", stacklevel=3)
+    return DecodedImages(ImageFiles(folder, transform), shape, None, "celeba", workers)
+
+
+def _load_imagenette(root: Path, size: int, download: bool, train: bool,
+                     workers: int = 0) -> DecodedImages:
+    workers = check_int("dataset.workers", workers, 0)
+    split = "train" if train else "val"
+    folder = root / "imagenette2-160" / split
+    transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
+                                    transforms.ToTensor(), _normalize(3)])
+    if not download and not folder.is_dir():
+        raise ConfigError("dataset.root", str(root),
+                          f"Imagenette (160px) not found at {folder}; set dataset.download=true or "
+                          f"extract imagenette2-160.tgz into {root}")
+    wnids = ", ".join(sorted(datasets.Imagenette._WNID_TO_CLASS))
+    try:
+        base = datasets.Imagenette(str(root), split=split, size="160px", download=download,
+                                   transform=transform)
+    except KeyError as e:
+        raise ConfigError("dataset.root", str(root),
+                          f"{folder} holds class folder {e.args[0]}, not one of Imagenette's "
+                          f"wnids ({wnids})") from None
+    except FileNotFoundError as e:
+        raise ConfigError("dataset.root", str(root), f"no usable images in {folder}: {_one_line(e)}") from None
+    except (RuntimeError, OSError) as e:
+        raise ConfigError("dataset.download", download,
+                          f"downloading Imagenette into {root} failed ({_one_line(e)}); extract "
+                          f"imagenette2-160.tgz into {root} and set dataset.download=false") from None
+    # torchvision keeps (path, label) pairs only in the private ``_samples``.
+    labels = torch.tensor([label for _, label in base._samples], dtype=torch.int64)
+    return DecodedImages(base, (3, size, size), labels, "imagenette", workers)
+
+
+_LOADERS: dict[str, Callable[..., ImageDataset]] = {
+    "mnist": _load_mnist,
+    "cifar10": _load_cifar10,
+    "cifar100": _load_cifar100,
+    "celeba": _load_celeba,
+    "imagenette": _load_imagenette,
+}

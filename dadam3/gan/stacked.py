@@ -1,0 +1,361 @@
+"""Node-stacked execution: M copies of one :class:`~dadam3.gan.nets.SequentialNet` as ONE computation.
+
+Every parameter and buffer of node i's net is row i of a tensor with a leading node
+axis, ``[M, ...]``; the optimizers see exactly these leaf tensors (``.grad`` has the
+same shape) and mix them along dim 0.  ``StackedNet.forward`` maps ``[M, B, *in]``
+to ``[M, B, *out]`` with one kernel per layer, never a Python loop over nodes:
+
+* convolutions run as grouped convolutions: activations are kept *channel-grouped*,
+  ``[B, M·C, H, W]`` (node i owns channels ``i·C … (i+1)·C−1``), and the stacked
+  weight ``[M, C_out, C_in, k, k]`` is viewed as ``[M·C_out, C_in, k, k]`` with
+  ``groups = M`` (transposed: ``[M, C_in, C_out, k, k] → [M·C_in, C_out, k, k]``);
+* BatchNorm / InstanceNorm act per channel, so on the channel-grouped layout they
+  compute exactly each node's statistics; running statistics are ``[M, C]`` buffers
+  that the functional op updates in place through a flat view;
+* linear layers use the *node-major* layout ``[M, B, F]`` and one ``baddbmm``;
+* element-wise activations work on either layout.
+
+Layouts are switched only where consecutive layers disagree.  All ops support double
+backward (needed by the gradient penalty), float32/float64 and any device.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Iterable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dadam3.gan.nets import SequentialNet, build_nets
+
+NODE_MAJOR = "node_major"          # [M, B, C, ...]
+CHANNEL_GROUPED = "channel_grouped"  # [B, M*C, ...]
+
+ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.ELU, nn.GELU,
+               nn.SiLU, nn.Softplus)
+
+
+def to_channel_grouped(h: torch.Tensor) -> torch.Tensor:
+    """``[M, B, C, *S] → [B, M·C, *S]``."""
+    m, b, c = h.shape[:3]
+    return h.transpose(0, 1).reshape(b, m * c, *h.shape[3:])
+
+
+def to_node_major(h: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``[B, M·C, *S] → [M, B, C, *S]`` (a view)."""
+    b, mc = h.shape[:2]
+    return h.reshape(b, num_nodes, mc // num_nodes, *h.shape[2:]).transpose(0, 1)
+
+
+def _stack(tensors: Iterable[torch.Tensor | None], as_parameter: bool):
+    tensors = list(tensors)
+    if tensors[0] is None:
+        return None
+    stacked = torch.stack([t.detach() for t in tensors]).clone()
+    return nn.Parameter(stacked, requires_grad=tensors[0].requires_grad) if as_parameter else stacked
+
+
+def _same_hyperparameters(layers: Sequence[nn.Module], names: Sequence[str]) -> None:
+    first = layers[0]
+    for other in layers[1:]:
+        if type(other) is not type(first) or any(getattr(other, n) != getattr(first, n) for n in names):
+            raise ValueError(f"cannot stack {first!r} with {other!r}: nodes must share the architecture")
+
+
+class StackedConv2d(nn.Module):
+    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
+
+    layout = CHANNEL_GROUPED
+    hyper = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
+             "groups", "padding_mode")
+
+    def __init__(self, convs: Sequence[nn.Conv2d]):
+        super().__init__()
+        _same_hyperparameters(convs, self.hyper)
+        if convs[0].padding_mode != "zeros":
+            raise NotImplementedError("stacked conv supports padding_mode='zeros' only")
+        for name in ("stride", "padding", "dilation", "groups", "in_channels", "out_channels"):
+            setattr(self, name, getattr(convs[0], name))
+        self.num_nodes = len(convs)
+        self.weight = _stack((c.weight for c in convs), True)
+        self.bias = _stack((c.bias for c in convs), True)
+
+    def forward(self, h):
+        m = self.num_nodes
+        weight = self.weight.reshape(m * self.out_channels, *self.weight.shape[2:])
+        bias = None if self.bias is None else self.bias.reshape(-1)
+        return F.conv2d(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
+
+
+class StackedConvTranspose2d(nn.Module):
+    """M ``nn.ConvTranspose2d``s: ``weight [M, C_in, C_out/g, k, k]``, ``bias [M, C_out]``."""
+
+    layout = CHANNEL_GROUPED
+    hyper = StackedConv2d.hyper + ("output_padding",)
+
+    def __init__(self, convs: Sequence[nn.ConvTranspose2d]):
+        super().__init__()
+        _same_hyperparameters(convs, self.hyper)
+        if convs[0].padding_mode != "zeros":
+            raise NotImplementedError("stacked conv-transpose supports padding_mode='zeros' only")
+        for name in ("stride", "padding", "output_padding", "dilation", "groups", "in_channels",
+                     "out_channels"):
+            setattr(self, name, getattr(convs[0], name))
+        self.num_nodes = len(convs)
+        self.weight = _stack((c.weight for c in convs), True)
+        self.bias = _stack((c.bias for c in convs), True)
+
+    def forward(self, h):
+        m = self.num_nodes
+        weight = self.weight.reshape(m * self.in_channels, *self.weight.shape[2:])
+        bias = None if self.bias is None else self.bias.reshape(-1)
+        return F.conv_transpose2d(h, weight, bias, self.stride, self.padding, self.output_padding,
+                                  m * self.groups, self.dilation)
+
+
+class StackedBatchNorm(nn.Module):
+    """M ``nn.BatchNorm1d/2d``s with per-node statistics.
+
+    Buffers: ``running_mean, running_var [M, C]``, ``num_batches_tracked [M]``; in train
+    mode each node's running stats are updated exactly as its own BatchNorm would.
+    """
+
+    layout = CHANNEL_GROUPED
+    hyper = ("num_features", "eps", "momentum", "affine", "track_running_stats")
+
+    def __init__(self, norms: Sequence[nn.modules.batchnorm._BatchNorm]):
+        super().__init__()
+        _same_hyperparameters(norms, self.hyper)
+        for name in self.hyper:
+            setattr(self, name, getattr(norms[0], name))
+        self.num_nodes = len(norms)
+        self.weight = _stack((n.weight for n in norms), True)
+        self.bias = _stack((n.bias for n in norms), True)
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            self.register_buffer(name, _stack((getattr(n, name) for n in norms), False))
+        if self.momentum is None and self.num_batches_tracked is not None \
+                and not bool((self.num_batches_tracked == self.num_batches_tracked[0]).all()):
+            raise ValueError("momentum=None (cumulative average) needs equal num_batches_tracked on all nodes")
+
+    def forward(self, h):
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked[0])
+        use_batch_stats = self.training or self.running_mean is None
+        flat = (lambda t: None if t is None else t.view(-1))  # a view: updates land in the [M, C] buffers
+        return F.batch_norm(h, flat(self.running_mean), flat(self.running_var),
+                            flat(self.weight), flat(self.bias), use_batch_stats, factor, self.eps)
+
+
+class StackedInstanceNorm2d(nn.Module):
+    """M ``nn.InstanceNorm2d``s (no running statistics): per-sample, per-channel normalisation."""
+
+    layout = CHANNEL_GROUPED
+    hyper = ("num_features", "eps", "affine", "track_running_stats")
+
+    def __init__(self, norms: Sequence[nn.InstanceNorm2d]):
+        super().__init__()
+        _same_hyperparameters(norms, self.hyper)
+        if norms[0].track_running_stats:
+            raise NotImplementedError("stacked InstanceNorm supports track_running_stats=False only")
+        self.eps = norms[0].eps
+        self.num_nodes = len(norms)
+        self.weight = _stack((n.weight for n in norms), True)
+        self.bias = _stack((n.bias for n in norms), True)
+
+    def forward(self, h):
+        flat = (lambda t: None if t is None else t.reshape(-1))
+        return F.instance_norm(h, None, None, flat(self.weight), flat(self.bias), True, 0.0, self.eps)
+
+
+class StackedLinear(nn.Module):
+    """M ``nn.Linear``s: ``weight [M, out, in]``, ``bias [M, out]``; ``y_i = x_i W_iᵀ + b_i`` by one ``baddbmm``."""
+
+    layout = NODE_MAJOR
+    hyper = ("in_features", "out_features")
+
+    def __init__(self, linears: Sequence[nn.Linear]):
+        super().__init__()
+        _same_hyperparameters(linears, self.hyper)
+        self.num_nodes = len(linears)
+        self.weight = _stack((lin.weight for lin in linears), True)
+        self.bias = _stack((lin.bias for lin in linears), True)
+
+    def forward(self, h):
+        shape = h.shape
+        x = h.reshape(shape[0], -1, shape[-1])
+        wt = self.weight.transpose(1, 2)
+        y = torch.bmm(x, wt) if self.bias is None else torch.baddbmm(self.bias.unsqueeze(1), x, wt)
+        return y.reshape(*shape[:-1], y.shape[-1])
+
+
+STACKED_LAYERS: dict[type, type] = {
+    nn.Conv2d: StackedConv2d,
+    nn.ConvTranspose2d: StackedConvTranspose2d,
+    nn.BatchNorm1d: StackedBatchNorm,
+    nn.BatchNorm2d: StackedBatchNorm,
+    nn.InstanceNorm2d: StackedInstanceNorm2d,
+    nn.Linear: StackedLinear,
+}
+
+
+def stack_layer(layers: Sequence[nn.Module]) -> nn.Module:
+    """The stacked version of the M same-position layers ``layers`` (activations are shared)."""
+    kind = type(layers[0])
+    if kind in STACKED_LAYERS:
+        return STACKED_LAYERS[kind](layers)
+    if isinstance(layers[0], ELEMENTWISE):
+        _same_hyperparameters(layers, ())
+        return copy.deepcopy(layers[0])
+    raise TypeError(f"no stacked version of {kind.__name__}; known: "
+                    f"{', '.join(k.__name__ for k in STACKED_LAYERS)} and element-wise activations")
+
+
+class StackedNet(nn.Module):
+    """M copies of one :class:`SequentialNet`, parameters ``[M, ...]``, forward ``[M, B, *in] → [M, B, *out]``.
+
+    Parameter and buffer names equal the single net's (``layers.3.weight``), so node i's
+    ``state_dict`` is row i of every entry of this one's.
+    """
+
+    def __init__(self, nets: Sequence[SequentialNet]):
+        super().__init__()
+        nets = list(nets)
+        if not nets:
+            raise ValueError("need at least one node")
+        first = nets[0]
+        for net in nets[1:]:
+            if (net.in_shape, net.out_shape, len(net.layers)) != \
+                    (first.in_shape, first.out_shape, len(first.layers)):
+                raise ValueError("cannot stack nets of different architectures")
+        self.num_nodes = len(nets)
+        self.in_shape, self.out_shape = first.in_shape, first.out_shape
+        self.layers = nn.ModuleList(stack_layer([net.layers[j] for net in nets])
+                                    for j in range(len(first.layers)))
+        # A parameter-free copy (on the meta device) from which node modules are rebuilt;
+        # kept outside the module tree so it is neither a parameter nor moved by .to().
+        object.__setattr__(self, "_template", copy.deepcopy(first).to("meta"))
+        self.train(first.training)
+
+    @classmethod
+    def from_modules(cls, nets: Sequence[SequentialNet]) -> "StackedNet":
+        """Stack the parameters and buffers of ``nets`` (node i = ``nets[i]``); copies, shares nothing."""
+        return cls(nets)
+
+    @classmethod
+    def replicate(cls, net: SequentialNet, num_nodes: int) -> "StackedNet":
+        """``num_nodes`` identical copies of ``net``."""
+        return cls([net] * num_nodes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.num_nodes
+        if x.shape[0] != m:
+            raise ValueError(f"input has {x.shape[0]} node rows, the net has {m} nodes")
+        batch = x.shape[1]
+        h, layout = x.reshape(m, batch, *self.in_shape), NODE_MAJOR
+        for layer in self.layers:
+            wanted = getattr(layer, "layout", layout)
+            if wanted != layout:
+                h = to_channel_grouped(h) if wanted == CHANNEL_GROUPED else to_node_major(h, m)
+                layout = wanted
+            h = layer(h)
+        if layout == CHANNEL_GROUPED:
+            h = to_node_major(h, m)
+        return h.reshape(m, batch, *self.out_shape)
+
+    def _empty_module(self) -> SequentialNet:
+        ref = next(iter(self.parameters()))
+        net = copy.deepcopy(self._template).to_empty(device=ref.device)
+        return net.to(dtype=ref.dtype).train(self.training)
+
+    def node_module(self, i: int) -> SequentialNet:
+        """Node i as an ordinary module (a copy), in this net's train/eval mode."""
+        net = self._empty_module()
+        net.load_state_dict({k: v[i] for k, v in self.state_dict().items()})
+        return net
+
+    def to_modules(self) -> list[SequentialNet]:
+        """All M nodes as ordinary modules (copies)."""
+        return [self.node_module(i) for i in range(self.num_nodes)]
+
+    @torch.no_grad()
+    def load_modules(self, nets: Sequence[SequentialNet]) -> "StackedNet":
+        """Overwrite node i's parameters and buffers with ``nets[i]``'s, in place (same leaf tensors)."""
+        if len(nets) != self.num_nodes:
+            raise ValueError(f"got {len(nets)} modules for {self.num_nodes} nodes")
+        states = [net.state_dict() for net in nets]
+        for name, tensor in self.state_dict().items():
+            tensor.copy_(torch.stack([s[name] for s in states]))
+        return self
+
+    @torch.no_grad()
+    def averaged_module(self) -> SequentialNet:
+        """The node-average model x̄ = (1/M) Σ_i x_i as an ordinary module.
+
+        Floating-point buffers (BatchNorm running mean/var) are averaged too; integer
+        buffers (``num_batches_tracked``) are node 0's.
+        """
+        net = self._empty_module()
+        net.load_state_dict({k: v.mean(0) if v.is_floating_point() else v[0]
+                             for k, v in self.state_dict().items()})
+        return net
+
+
+def build_stacked_nets(arch: str, num_nodes: int, *, identical_init: bool = True,
+                       **build_kwargs) -> tuple[StackedNet, StackedNet]:
+    """(G, D) as :class:`StackedNet`s over ``num_nodes`` nodes; ``build_kwargs`` go to :func:`build_nets`.
+
+    ``identical_init``: every node starts from the same draw (x_{i,0} equal for all i);
+    otherwise each node draws its own initialisation (global torch RNG, node by node).
+    """
+    if identical_init:
+        G, D = build_nets(arch, **build_kwargs)
+        return StackedNet.replicate(G, num_nodes), StackedNet.replicate(D, num_nodes)
+    pairs = [build_nets(arch, **build_kwargs) for _ in range(num_nodes)]
+    return StackedNet([g for g, _ in pairs]), StackedNet([d for _, d in pairs])
+
+
+def stacked_tensors(stacked: StackedNet, kind: str = "params") -> dict[str, torch.Tensor]:
+    """``{name: [M, ...]}`` of a stacked net: ``kind`` is ``"params"``, ``"grads"`` or ``"buffers"``."""
+    if kind == "params":
+        return {k: p.detach() for k, p in stacked.named_parameters()}
+    if kind == "grads":
+        return {k: p.grad for k, p in stacked.named_parameters() if p.grad is not None}
+    if kind == "buffers":
+        return dict(stacked.named_buffers())
+    raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
+
+
+def stack_module_tensors(nets: Sequence[nn.Module], kind: str = "params") -> dict[str, torch.Tensor]:
+    """The same ``{name: [M, ...]}`` built from M ordinary modules (the loop reference)."""
+    def one(net):
+        if kind == "params":
+            return {k: p.detach() for k, p in net.named_parameters()}
+        if kind == "grads":
+            return {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
+        if kind == "buffers":
+            return dict(net.named_buffers())
+        raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
+    per_node = [one(net) for net in nets]
+    return {k: torch.stack([d[k] for d in per_node]) for k in per_node[0]}
+
+
+def max_abs_differences(stacked: StackedNet, nets: Sequence[nn.Module],
+                        kinds: Sequence[str] = ("params", "grads", "buffers")) -> dict[str, float]:
+    """``{"kind:name": max |stacked − loop|}`` over every tensor of the given kinds.
+
+    A name present on one side only maps to ``inf`` (e.g. a gradient set on one side only).
+    """
+    out: dict[str, float] = {}
+    for kind in kinds:
+        a, b = stacked_tensors(stacked, kind), stack_module_tensors(nets, kind)
+        for name in a.keys() | b.keys():
+            if name not in a or name not in b or a[name].shape != b[name].shape:
+                out[f"{kind}:{name}"] = float("inf")
+            else:
+                out[f"{kind}:{name}"] = (a[name].double() - b[name].double()).abs().max().item() \
+                    if a[name].numel() else 0.0
+    return out
