@@ -1,0 +1,367 @@
+"""Run records: ``metrics.jsonl`` (always local), optional Weights & Biases, a progress bar.
+
+Every logger has the same small interface::
+
+    log(metrics: Mapping, step: int)          one record for iteration ``step``
+    log_images(key, images, step)             a sample grid (images N×C×H×W in [-1, 1])
+    position() -> int | None                  resume point to store in a checkpoint
+    truncate(position)                        drop what was logged after that point
+    finish()
+
+JSONL format: one object per line, ``{"iteration": step, **metrics}``, strict JSON.
+Tensors and numpy values become Python numbers/lists; non-finite floats become the
+strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the spellings ``float()``
+accepts), so a diverged run is still visible and the file stays valid JSON for any
+reader. :func:`read_jsonl` turns those strings back into floats.
+
+Resuming: a checkpoint stores ``logger.position()`` (bytes of complete records, fsynced);
+after loading, ``logger.truncate(position)`` removes records written after the checkpoint.
+Without a stored position, ``JsonlLogger(path, resume_from_iteration=k)`` drops every
+record whose ``iteration`` is greater than ``k``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from dadam3.errors import ConfigError
+
+LOGGER_KINDS = ("none", "jsonl", "wandb")
+WANDB_MODES = ("online", "offline", "disabled")
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+class Logger(Protocol):
+    def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
+    def log_images(self, key: str, images: Tensor, step: int) -> None: ...
+    def position(self) -> int | None: ...
+    def truncate(self, position: int | None) -> None: ...
+    def finish(self) -> None: ...
+
+
+# ---------------------------------------------------------------- value conversion
+
+def to_jsonable(value: Any) -> Any:
+    """Plain-JSON version of a logged value (see module docstring for non-finite floats)."""
+    if isinstance(value, Tensor):
+        value = value.detach().cpu()
+        value = value.item() if value.dim() == 0 else value.tolist()
+    elif isinstance(value, (np.ndarray, np.generic)):
+        value = value.tolist()
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if math.isfinite(v):
+            return v
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"cannot log a value of type {type(value).__name__}: {value!r:.80}")
+
+
+def _from_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return _NONFINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_json(v) for v in value]
+    return value
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """All complete records of a ``metrics.jsonl``, non-finite strings turned back into floats.
+
+    Note: a string value that is exactly ``"NaN"``/``"Infinity"``/``"-Infinity"`` is read back
+    as a float too. A torn last line (writer killed mid-line) is skipped.
+    """
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break
+            if line.strip():
+                out.append(_from_json(json.loads(line)))
+    return out
+
+
+def _check_iteration(metrics: Mapping[str, Any], step: int) -> None:
+    if "iteration" in metrics and int(metrics["iteration"]) != int(step):
+        raise ValueError(f"record has iteration={metrics['iteration']} but step={step}")
+
+
+def _images_to_grid(images: Tensor, nrow: int = 8) -> Tensor:
+    """N×C×H×W in [-1, 1] → C×H'×W' grid in [0, 1] on CPU."""
+    from torchvision.utils import make_grid
+
+    x = (images.detach().float().cpu().clamp(-1, 1) + 1) / 2
+    return make_grid(x, nrow=nrow, padding=2)
+
+
+# ---------------------------------------------------------------- JSONL
+
+class JsonlLogger:
+    """Appends one JSON object per :meth:`log` call to ``path`` (e.g. ``<run_dir>/metrics.jsonl``).
+
+    Each line is flushed when written, so a killed process loses at most the line being
+    written; such a torn last line is removed when the file is opened again. Opening an
+    existing file without ``resume_from_iteration`` appends to it.
+    """
+
+    def __init__(self, path: str | os.PathLike, resume_from_iteration: int | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            if resume_from_iteration is not None:
+                self._drop_after_iteration(resume_from_iteration)
+            else:
+                self._drop_torn_tail()
+        self._file = open(self.path, "ab")
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        _check_iteration(metrics, step)
+        record = {"iteration": int(step), **{k: to_jsonable(v) for k, v in metrics.items()
+                                               if k != "iteration"}}
+        self._file.write((json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
+        self._file.flush()
+
+    def log_images(self, key: str, images: Tensor, step: int, nrow: int = 8) -> Path:
+        """Save the grid as ``<dir of path>/images/<key>/<step:08d>.png`` (``/`` in key → ``_``)."""
+        from torchvision.utils import save_image
+
+        out = self.path.parent / "images" / key.replace("/", "_") / f"{int(step):08d}.png"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_image(_images_to_grid(images, nrow), out)
+        return out
+
+    def position(self) -> int:
+        """Bytes of complete records written so far, flushed and fsynced (store this in a checkpoint)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return self._file.tell()
+
+    def truncate(self, position: int | None) -> None:
+        """Cut the file back to ``position`` bytes (a value :meth:`position` returned).
+
+        A file already shorter than ``position`` (it was edited or replaced since the
+        checkpoint; :meth:`position` fsyncs, so a crash alone cannot cause this) is kept as
+        it is, with a warning.
+        """
+        if position is None:
+            return
+        self._file.flush()
+        size = self.path.stat().st_size
+        if position > size:
+            warnings.warn(f"{self.path} has {size} bytes, fewer than the {position} the checkpoint "
+                          "recorded; keeping it as it is", stacklevel=2)
+            return
+        self._file.close()
+        with open(self.path, "r+b") as f:
+            f.truncate(position)
+        self._drop_torn_tail()
+        self._file = open(self.path, "ab")
+
+    def finish(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def _drop_torn_tail(self) -> None:
+        with open(self.path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            # Scan backwards for the last newline; the torn line is short, so small blocks do.
+            end = size
+            while end > 0:
+                start = max(0, end - 4096)
+                f.seek(start)
+                nl = f.read(end - start).rfind(b"\n")
+                if nl >= 0:
+                    f.truncate(start + nl + 1)
+                    return
+                end = start
+            f.truncate(0)
+
+    def _drop_after_iteration(self, last_kept: int) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out, open(self.path, encoding="utf-8") as src:
+                for line in src:
+                    if not line.endswith("\n"):
+                        break  # torn last line
+                    try:
+                        it = json.loads(line).get("iteration")
+                    except (json.JSONDecodeError, AttributeError):
+                        continue
+                    if it is None or it <= last_kept:
+                        out.write(line)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+# ---------------------------------------------------------------- Weights & Biases
+
+class WandbLogger:
+    """Logs the same records to a W&B run (``wandb.init(..., mode=mode)``), ``step=iteration``.
+
+    ``run_id`` (with ``resume="allow"``) continues an earlier run; W&B ignores steps at or
+    below the last one it has, so records repeated after a resume are not duplicated there.
+    ``dir`` is where ``wandb/`` (offline runs: ``wandb/offline-run-*/run-<id>.wandb``) goes.
+    """
+
+    def __init__(self, project: str, group: str | None = None, job_type: str | None = None,
+                 mode: str = "offline", config: Mapping[str, Any] | None = None,
+                 dir: str | os.PathLike | None = None, name: str | None = None,
+                 run_id: str | None = None, tags: Sequence[str] | None = None):
+        if mode not in WANDB_MODES:
+            raise ConfigError("logger.mode", mode, f"must be one of {', '.join(WANDB_MODES)}")
+        import wandb  # only runs that ask for wandb pay for (and depend on) it
+
+        self._wandb = wandb
+        if dir is not None:
+            Path(dir).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=project, group=group, job_type=job_type, mode=mode,
+                              config=dict(config or {}), dir=None if dir is None else str(dir),
+                              name=name, id=run_id, resume="allow" if run_id else None,
+                              tags=list(tags) if tags else None)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        _check_iteration(metrics, step)
+        data = {k: _from_json(to_jsonable(v)) for k, v in metrics.items() if k != "iteration"}
+        self.run.log(data, step=int(step))
+
+    def log_images(self, key: str, images: Tensor, step: int, nrow: int = 8) -> None:
+        grid = _images_to_grid(images, nrow)
+        array = (grid * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        self.run.log({key: self._wandb.Image(array)}, step=int(step))
+
+    def position(self) -> None:
+        return None
+
+    def truncate(self, position: int | None) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+# ---------------------------------------------------------------- fan-out and factory
+
+class NullLogger:
+    """Logs nothing."""
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        pass
+
+    def log_images(self, key: str, images: Tensor, step: int) -> None:
+        pass
+
+    def position(self) -> None:
+        return None
+
+    def truncate(self, position: int | None) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class MultiLogger:
+    """Sends every call to each logger; ``position``/``truncate`` go to the first that has one."""
+
+    def __init__(self, *loggers: Logger):
+        self.loggers = list(loggers)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        for lg in self.loggers:
+            lg.log(metrics, step)
+
+    def log_images(self, key: str, images: Tensor, step: int) -> None:
+        for lg in self.loggers:
+            lg.log_images(key, images, step)
+
+    def position(self) -> int | None:
+        for lg in self.loggers:
+            pos = lg.position()
+            if pos is not None:
+                return pos
+        return None
+
+    def truncate(self, position: int | None) -> None:
+        for lg in self.loggers:
+            if lg.position() is not None:
+                lg.truncate(position)
+                return
+
+    def finish(self) -> None:
+        errors = []
+        for lg in self.loggers:
+            try:
+                lg.finish()
+            except Exception as e:  # finish the others before reporting
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+def build_logger(kind: str, path: str | os.PathLike | None = None, *,
+                 resume_from_iteration: int | None = None, **wandb_kwargs: Any) -> Logger:
+    """``"none"`` → :class:`NullLogger`; ``"jsonl"`` → :class:`JsonlLogger` at ``path``;
+    ``"wandb"`` → the same JSONL plus a :class:`WandbLogger(**wandb_kwargs)` (its ``dir``
+    defaults to the directory of ``path``), so local records never depend on W&B.
+    """
+    if kind not in LOGGER_KINDS:
+        raise ConfigError("logger", kind, f"must be one of {', '.join(LOGGER_KINDS)}")
+    if kind == "none":
+        return NullLogger()
+    if path is None:
+        raise ValueError(f"logger={kind} needs the path of metrics.jsonl")
+    jsonl = JsonlLogger(path, resume_from_iteration=resume_from_iteration)
+    if kind == "jsonl":
+        return jsonl
+    wandb_kwargs.setdefault("dir", Path(path).parent)
+    try:
+        return MultiLogger(jsonl, WandbLogger(**wandb_kwargs))
+    except BaseException:
+        jsonl.finish()
+        raise
+
+
+def progress(total: int, initial: int = 0, desc: str | None = None, disable: bool = False,
+             file: Any = None) -> tqdm:
+    """A tqdm bar over iterations ``initial..total`` showing it/s and ETA (a resumed run starts at
+    ``initial``; its rate counts only iterations done in this process)."""
+    return tqdm(total=total, initial=initial, desc=desc, unit="it", dynamic_ncols=True,
+                smoothing=0.05, disable=disable, file=sys.stderr if file is None else file)

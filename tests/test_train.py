@@ -1,0 +1,173 @@
+"""The simulated multi-node WGAN-GP trainer: records, samples, exact resume, NaN stop,
+one-line config errors, sweeps and the wandb logger (offline, read back)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+import dadam3.gan.trainer as trainer_mod
+from dadam3.checkpoint import checkpoint_path, load
+from dadam3.config import CONFIG_DIR
+from dadam3.gan.trainer import TrainingDiverged
+from dadam3.run_logging import read_jsonl
+from dadam3.train import build_trainer, run
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = ["experiment=toy_gaussians", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
+       "metrics.every=4", "metrics.samples=200", "sample_every=4", "checkpoint_every=3"]
+IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "batch_size=4",
+          "device=cpu", "progress=false", "log_every=2", "sample_every=4", "checkpoint_every=3", "metrics.every=0",
+          "optimizer.lr=1e-3"]
+
+
+def config(overrides):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=list(overrides))
+
+
+def train(overrides, run_dir):
+    t = build_trainer(config(overrides), Path(run_dir))
+    t.fit()
+    t.logger.finish()
+    return t
+
+
+def test_paper_defaults():
+    cfg = config([])
+    o = cfg.optimizer
+    assert (o.name, o.lr, o.beta1, o.beta2, o.beta3) == ("dadam3", 5e-5, 0.5, 0.999, 0.5)
+    assert (cfg.batch_size, cfg.iterations, cfg.topology.name, cfg.n_critic) == (64, 30000, "ring", 1)
+    assert [config([f"experiment={e}"]).nodes for e in ("fig3_mnist", "fig3_cifar10", "fig4_cifar100",
+                                                        "fig4_imagenette", "fig2_celeba", "fig2_cifar10")] \
+        == [5, 5, 15, 15, 1, 1]
+
+
+def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
+    t = train(TOY + ["iterations=8"], tmp_path)
+    recs = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in recs] == [2, 4, 6, 8]
+    r = recs[-1]
+    for key in ("time", "loss_d", "loss_g", "gp", "wasserstein", "operator_norm", "consensus_distance",
+                "bytes_sent", "modes_covered", "high_quality_share"):
+        assert key in r
+    for key in ("loss_d_nodes", "loss_g_nodes", "gp_nodes", "bytes_sent_nodes", "operator_norm_nodes"):
+        assert len(r[key]) == 5
+    # ring, float32: 2 neighbours x 4 bytes x (Z_1 = X_0 W at start + 2 mixings (X_k, Z_{k+1}) per iteration)
+    n_params = sum(p[0].numel() for net in (t.G, t.D) for p in net.parameters())
+    assert r["bytes_sent_nodes"] == [2 * 4 * (1 + 8 * 2) * n_params] * 5
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["iter_000004.png", "iter_000008.png"]
+    assert load(checkpoint_path(tmp_path))["iteration"] == 8
+
+
+def test_image_run_samples_per_node_and_averaged(tmp_path):
+    train(IMAGES + ["iterations=4"], tmp_path)
+    names = sorted(p.name for p in (tmp_path / "samples").iterdir())
+    assert names == ["iter_000004_avg.png", "iter_000004_node00.png", "iter_000004_node01.png",
+                     "iter_000004_node02.png"]
+
+
+@pytest.mark.parametrize("overrides", [TOY, IMAGES, TOY + ["n_critic=2", "optimizer=dp_oadam"]],
+                         ids=["toy", "images", "alternating"])
+def test_resume_is_bit_identical(tmp_path, overrides):
+    full = train(overrides + ["iterations=8"], tmp_path / "full")
+    train(overrides + ["iterations=5"], tmp_path / "cut")
+    resumed = train(overrides + ["iterations=8", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
+    assert resumed.run_dir == tmp_path / "cut"
+    for a, b in ((full.G, resumed.G), (full.D, resumed.D)):
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+            assert torch.equal(x, y), name
+    sa, sb = full.opt_g.state_dict(), resumed.opt_g.state_dict()
+    assert sa["k"] == sb["k"] == 8
+    for i in sa["state"]:
+        for key, v in sa["state"][i].items():
+            assert torch.equal(v, sb["state"][i][key]) if torch.is_tensor(v) else v == sb["state"][i][key]
+
+    def strip(recs):  # the records on the logging grid, without wall time
+        return [{k: v for k, v in r.items() if k != "time"} for r in recs
+                if r["status"] == "running" and r["iteration"] % 2 == 0]
+    assert strip(read_jsonl(tmp_path / "full" / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "cut" / "metrics.jsonl"))
+
+
+def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, monkeypatch):
+    real_step = trainer_mod.wgan_gp_step
+    calls = {"n": 0}
+
+    def poisoned(G, D, *args, **kw):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            with torch.no_grad():
+                next(iter(D.parameters()))[2].fill_(float("nan"))
+        return real_step(G, D, *args, **kw)
+
+    monkeypatch.setattr(trainer_mod, "wgan_gp_step", poisoned)
+    with pytest.raises(TrainingDiverged, match=r"node 2 at iteration 5; last good checkpoint: .*last.pt"):
+        train(TOY + ["iterations=8"], tmp_path)
+    last = read_jsonl(tmp_path / "metrics.jsonl")[-1]
+    assert last["status"] == "diverged" and last["node"] == 2 and last["iteration"] == 5
+    ckpt = load(checkpoint_path(tmp_path))
+    assert ckpt["iteration"] == 3
+    assert all(torch.isfinite(v).all() for v in ckpt["D"].values())
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "dadam3.train", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600, env=env)
+
+
+@pytest.mark.parametrize("args, start", [
+    (["dataset=imagenet"], "error: dataset=imagenet: unknown dataset; allowed: celeba, cifar10"),
+    (["batch_size=0"], "error: batch_size=0: must be an integer >= 1"),
+    (["nodes=0"], "error: nodes=0: must be an integer >= 1"),
+    (["dataset=fake", "dataset.image_size=64"], "error: dataset.image_size=64: model.arch=dcgan32 makes 32x32"),
+    (["dataset=mnist", "dataset.root=/nonexistent"], "error: dataset.root=/nonexistent"),
+    (["optimizer.beta3=1.0"], "error: optimizer.beta3=1.0: must be in [0, 1)"),
+    (["resume=/nonexistent/run"], "error: resume=/nonexistent/run: no checkpoint"),
+])
+def test_bad_config_is_one_line(tmp_path, args, start):
+    r = cli(*args, "device=cpu", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(start), r.stderr
+
+
+@pytest.mark.slow
+def test_command_line_sweep(tmp_path):
+    r = cli("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-4,5e-5", "seed=0,1", *TOY, "iterations=2",
+            f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 0, r.stderr
+    runs = sorted(tmp_path.glob("*/metrics.jsonl"))
+    assert len(runs) == 8
+    cfgs = {(c["optimizer"]["name"], c["optimizer"]["lr"], c["seed"]) for c in
+            (json.loads(json.dumps(__import__("yaml").safe_load((p.parent / "config_resolved.yaml").read_text())))
+             for p in runs)}
+    assert len(cfgs) == 8
+
+
+@pytest.mark.slow
+def test_wandb_offline_logger_read_back(tmp_path):
+    env = {**os.environ, "WANDB_SILENT": "true"}
+    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):
+        (tmp_path / var).mkdir()
+        env[var] = str(tmp_path / var)
+    run_dir = tmp_path / "run"
+    r = cli(*TOY, "iterations=4", "logger=wandb", "logger.mode=offline", f"hydra.run.dir={run_dir}", env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(read_jsonl(run_dir / "metrics.jsonl")) == 3   # local records never depend on wandb
+    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    proc = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", str(run_file), "--json"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**env, "TMPDIR": str(run_file.parent.parent)})
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    (run,) = [r["run"] for r in records if r["type"] == "run"]
+    assert run["run_group"] == "gaussians-M5-ring" and run["job_type"] == "dadam3"
+    steps = {r["history"]["step"]["num"]: r["history"]["item"] for r in records if r["type"] == "history"
+             and "loss_d" in r["history"]["item"]}
+    local = {r["iteration"]: r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss_d" in r}
+    assert sorted(steps) == sorted(local) == [2, 4]
+    assert steps[4]["loss_d"] == pytest.approx(local[4]["loss_d"])
