@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test fig1 bench-synthetic clean-venv
+.PHONY: install test fig1 toy bench-synthetic bench-gan clean-venv
 
 install: $(STAMP)
 
@@ -24,3 +24,9 @@ bench-synthetic: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+toy: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/toy_gaussians.sh
+
+bench-gan: $(STAMP)
+	$(PY) scripts/bench_gan.py

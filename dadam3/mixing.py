@@ -6,7 +6,7 @@ rounds) along the leading node axis of each tensor::
     X[i] <- sum_j (W^t)[i, j] X[j]          (stacked: X <- W^t @ X)
 
 ``LocalMixer`` holds all M nodes in one process (the simulator) and does one matmul
-per call on a flat [M, P] buffer. A ``torch.distributed`` mixer with the same
+per tensor, written straight into its destination. A ``torch.distributed`` mixer with the same
 interface exchanges the rows with neighbours instead.
 
 Both count the bytes each node sends: per gossip round, node i sends its whole
@@ -23,12 +23,14 @@ from dadam3.topology import Topology, build_topology
 
 
 class Mixer:
-    """Interface: ``mix(tensors, k) -> list of mixed tensors`` (inputs are not modified)."""
+    """Interface: ``mix(tensors, k, out=None) -> list of mixed tensors`` (inputs are not
+    modified; ``out``, if given, receives the results and must not alias the inputs)."""
 
     nodes: int
     bytes_sent: np.ndarray  # [M] cumulative bytes sent by each node
 
-    def mix(self, tensors: Sequence[torch.Tensor], k: int = 1) -> list[torch.Tensor]:
+    def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
+            out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         raise NotImplementedError
 
 
@@ -61,30 +63,28 @@ class LocalMixer(Mixer):
                 self._out_degree[phase] = off.sum(axis=0).astype(np.float64)
             self.bytes_sent += self._out_degree[phase] * nbytes_per_node
 
-    def mix(self, tensors: Sequence[torch.Tensor], k: int = 1) -> list[torch.Tensor]:
+    def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
+            out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """W_k^t along dim 0 of each tensor; with ``out``, the results are written there
+        (one matmul per tensor straight into its destination: no concatenation copies)."""
         tensors = list(tensors)
+        if out is None:
+            out = [torch.empty_like(t) for t in tensors] if not self.identity else tensors
+        elif self.identity:
+            for o, t in zip(out, tensors):
+                if o is not t:
+                    o.copy_(t)
         if not tensors or self.identity:
-            return tensors
+            return list(out)
         M = self.nodes
         for t in tensors:
             if t.shape[0] != M:
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
-        groups: dict[tuple, list[int]] = {}
-        for i, t in enumerate(tensors):
-            groups.setdefault((t.device, t.dtype), []).append(i)
-        out: list[torch.Tensor] = [None] * len(tensors)  # type: ignore[list-item]
-        for (device, dtype), idx in groups.items():
-            Wt = self.operator(k, device, dtype)
-            if len(idx) == 1:
-                t = tensors[idx[0]]
-                out[idx[0]] = (Wt @ t.reshape(M, -1)).reshape(t.shape)
-                continue
-            flat = torch.cat([tensors[i].reshape(M, -1) for i in idx], dim=1)
-            parts = torch.split(Wt @ flat, [tensors[i][0].numel() for i in idx], dim=1)
-            for i, part in zip(idx, parts):
-                out[i] = part.reshape(tensors[i].shape)
-        return out
+        for t, o in zip(tensors, out):
+            Wt = self.operator(k, t.device, t.dtype)
+            torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
+        return list(out)
 
 def local_mixer(name: str, nodes: int, rounds: int = 1, **kw) -> LocalMixer:
     """Shortcut: ``LocalMixer(build_topology(name, nodes, rounds, **kw))``."""

@@ -67,6 +67,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
     if cfg.dtype not in DTYPES:
         raise ConfigError("dtype", cfg.dtype, f"allowed: {', '.join(DTYPES)}")
     dtype, device = DTYPES[cfg.dtype], resolve_device(cfg.device)
+    if cfg.get("threads") is not None:
+        torch.set_num_threads(_int(cfg.threads, "threads", 1))
 
     opt_name, hparams = optimizer_args(cfg.optimizer)
     validate_hparams(opt_name, hparams)                # cheap checks before any data is read
@@ -133,18 +135,17 @@ def _check_resume_compatible(cfg: DictConfig, saved: dict, path: Path) -> None:
 
 
 def _build_logger(cfg: DictConfig, run_dir: Path, ckpt):
+    """metrics.jsonl always; with logger=wandb the same records go to wandb too."""
     lg = cfg.logger
     kw: dict[str, Any] = {}
     if lg.kind == "wandb":
         kw = dict(project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode,
                   config=OmegaConf.to_container(cfg, resolve=True), name=lg.get("name"),
                   run_id=(ckpt or {}).get("wandb_run_id"))
-    kind = "jsonl" if lg.kind == "jsonl" else lg.kind
-    resume_from = ckpt["iteration"] if ckpt is not None else None
-    logger = build_logger(kind, run_dir / "metrics.jsonl", resume_from_iteration=resume_from, **kw)
-    if kind == "none":   # local records never depend on the logger choice
-        logger = build_logger("jsonl", run_dir / "metrics.jsonl", resume_from_iteration=resume_from)
-    return logger
+    elif lg.kind != "jsonl":
+        raise ConfigError("logger", lg.kind, "allowed: jsonl, wandb")
+    return build_logger(lg.kind, run_dir / "metrics.jsonl",
+                        resume_from_iteration=ckpt["iteration"] if ckpt is not None else None, **kw)
 
 
 def _image_sampler(seed: int):

@@ -18,7 +18,7 @@ from dadam3.run_logging import read_jsonl
 from dadam3.train import build_trainer, run
 
 ROOT = Path(__file__).resolve().parent.parent
-TOY = ["experiment=toy_gaussians", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
+TOY = ["experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
        "metrics.every=4", "metrics.samples=200", "sample_every=4", "checkpoint_every=3"]
 IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "batch_size=4",
           "device=cpu", "progress=false", "log_every=2", "sample_every=4", "checkpoint_every=3", "metrics.every=0",

@@ -48,8 +48,13 @@ class NodeOptimizer(torch.optim.Optimizer):
                                        "move all players simultaneously")
                 yield group, p, (-p.grad if group["maximize"] else p.grad)
 
-    def _mix(self, tensors: list[torch.Tensor], k: int) -> list[torch.Tensor]:
-        return tensors if self.mixer is None else self.mixer.mix(tensors, k)
+    def _mix_into(self, tensors: list[torch.Tensor], out: list[torch.Tensor], k: int) -> None:
+        """out <- W_k^t tensors (a plain copy without a mixer)."""
+        if self.mixer is None:
+            for o, t in zip(out, tensors):
+                o.copy_(t)
+        else:
+            self.mixer.mix(tensors, k, out=out)
 
     # -- checkpointing ------------------------------------------------------------------
     def state_dict(self):
@@ -85,8 +90,7 @@ class OptimisticGossip(NodeOptimizer):
                     st["x"] = p.detach().clone()
                     st["d"] = torch.zeros_like(p)
                     st.update(self._init_direction_state(p, group))
-            for p, z in zip(ps, self._mix([self.state[p]["x"] for p in ps], 1)):
-                p.copy_(z)
+            self._mix_into([self.state[p]["x"] for p in ps], ps, 1)
 
     def _init_direction_state(self, p: torch.Tensor, group: dict) -> dict:
         return {}
@@ -108,11 +112,9 @@ class OptimisticGossip(NodeOptimizer):
             st["d"] = self._direction(g, st, group, k)
             entries.append((group["lr"], p, st))
             x_half.append(st["x"] - group["lr"] * st["d"])
-        for (_, _, st), x in zip(entries, self._mix(x_half, k)):        # X_k
-            st["x"].copy_(x)
+        self._mix_into(x_half, [st["x"] for _, _, st in entries], k)                      # X_k
         z_half = [st["x"] - lr * st["d"] for lr, _, st in entries]
-        for (_, p, _), z in zip(entries, self._mix(z_half, k + 1)):     # Z_{k+1}
-            p.copy_(z)
+        self._mix_into(z_half, [p for _, p, _ in entries], k + 1)                          # Z_{k+1}
         return loss
 
 
@@ -138,8 +140,7 @@ class SingleSequenceGossip(NodeOptimizer):
         for group, p, g in self._grads():
             x_half.append(self._local_step(p, g, self.state[p], group, self.k))
             ps.append(p)
-        for p, x in zip(ps, self._mix(x_half, self.k)):
-            p.copy_(x)
+        self._mix_into(x_half, ps, self.k)
         return loss
 
 
