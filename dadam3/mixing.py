@@ -35,7 +35,7 @@ class Mixer:
 
 
 class LocalMixer(Mixer):
-    """All M nodes in one process: ``X <- W_k^t @ X`` for each tensor, one matmul per call."""
+    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor."""
 
     def __init__(self, topology: Topology):
         self.topology = topology
@@ -85,6 +85,7 @@ class LocalMixer(Mixer):
             Wt = self.operator(k, t.device, t.dtype)
             torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
         return list(out)
+
 
 def local_mixer(name: str, nodes: int, rounds: int = 1, **kw) -> LocalMixer:
     """Shortcut: ``LocalMixer(build_topology(name, nodes, rounds, **kw))``."""

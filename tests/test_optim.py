@@ -12,7 +12,7 @@ import torch
 
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, local_mixer
-from dadam3.optim import DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, mixer_for, \
+from dadam3.optim import Adam3, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, mixer_for, \
     validate_hparams
 from dadam3.topology import build_topology
 
@@ -154,11 +154,14 @@ def random_grads(n, shapes, seed=0):
 def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     hp = dict(lr=0.05, beta1=0.5, beta2=0.9, beta3=0.5)
     grads = random_grads(5, [(1, 3)])
-    a, b = param([0.3, -0.2, 0.1]).reshape(1, 3).detach().requires_grad_(), None
+    a = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
     b = a.detach().clone().requires_grad_()
     run_steps(build_optimizer("adam3", [a], mixer_for("adam3", 1), **hp), [a], grads)
     run_steps(Dadam3([b], local_mixer("ring", 1), **hp), [b], grads)
     assert torch.equal(a, b)
+    e = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
+    run_steps(Adam3([e], **hp), [e], grads)
+    assert torch.equal(a, e)
 
     grads = random_grads(5, [(4, 3)], seed=1)
     c = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
