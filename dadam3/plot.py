@@ -38,9 +38,14 @@ def fig1(runs: dict[str, Path], out: Path) -> None:
     for ax in (ax_e, ax_r):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
+    _save(fig, out)
+
+
+def _save(fig, out: Path) -> None:
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=150)
+    plt.close(fig)
 
 
 def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
@@ -64,9 +69,7 @@ def curves(runs: dict[str, Path], out: Path, panels: list[tuple[str, str, str | 
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150)
+    _save(fig, out)
 
 
 FIGURES = {

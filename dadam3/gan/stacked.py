@@ -63,23 +63,29 @@ def _same_hyperparameters(layers: Sequence[nn.Module], names: Sequence[str]) -> 
             raise ValueError(f"cannot stack {first!r} with {other!r}: nodes must share the architecture")
 
 
-class StackedConv2d(nn.Module):
-    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
+class _StackedConv(nn.Module):
+    """Shared part of the stacked (transposed) convolutions: M layers' hyper-parameters
+    (which must agree) and their weights/biases stacked on a leading node axis."""
 
     layout = CHANNEL_GROUPED
     hyper = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
              "groups", "padding_mode")
 
-    def __init__(self, convs: Sequence[nn.Conv2d]):
+    def __init__(self, convs: Sequence[nn.Module]):
         super().__init__()
         _same_hyperparameters(convs, self.hyper)
         if convs[0].padding_mode != "zeros":
-            raise NotImplementedError("stacked conv supports padding_mode='zeros' only")
-        for name in ("stride", "padding", "dilation", "groups", "in_channels", "out_channels"):
-            setattr(self, name, getattr(convs[0], name))
+            raise NotImplementedError(f"{type(self).__name__} supports padding_mode='zeros' only")
+        for name in self.hyper:
+            if name not in ("kernel_size", "padding_mode"):
+                setattr(self, name, getattr(convs[0], name))
         self.num_nodes = len(convs)
         self.weight = _stack((c.weight for c in convs), True)
         self.bias = _stack((c.bias for c in convs), True)
+
+
+class StackedConv2d(_StackedConv):
+    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
 
     def forward(self, h):
         m = self.num_nodes
@@ -88,23 +94,10 @@ class StackedConv2d(nn.Module):
         return F.conv2d(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
 
 
-class StackedConvTranspose2d(nn.Module):
+class StackedConvTranspose2d(_StackedConv):
     """M ``nn.ConvTranspose2d``s: ``weight [M, C_in, C_out/g, k, k]``, ``bias [M, C_out]``."""
 
-    layout = CHANNEL_GROUPED
-    hyper = StackedConv2d.hyper + ("output_padding",)
-
-    def __init__(self, convs: Sequence[nn.ConvTranspose2d]):
-        super().__init__()
-        _same_hyperparameters(convs, self.hyper)
-        if convs[0].padding_mode != "zeros":
-            raise NotImplementedError("stacked conv-transpose supports padding_mode='zeros' only")
-        for name in ("stride", "padding", "output_padding", "dilation", "groups", "in_channels",
-                     "out_channels"):
-            setattr(self, name, getattr(convs[0], name))
-        self.num_nodes = len(convs)
-        self.weight = _stack((c.weight for c in convs), True)
-        self.bias = _stack((c.bias for c in convs), True)
+    hyper = _StackedConv.hyper + ("output_padding",)
 
     def forward(self, h):
         m = self.num_nodes
