@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test fig1 toy bench-synthetic bench-gan clean-venv
+.PHONY: install test fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
 
 install: $(STAMP)
 
@@ -30,3 +30,6 @@ toy: $(STAMP)
 
 bench-gan: $(STAMP)
 	$(PY) scripts/bench_gan.py
+
+bench-gpu: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/gpu_benchmarks.sh results/gpu

@@ -11,10 +11,16 @@ interface exchanges the rows with neighbours instead.
 
 Both count the bytes each node sends: per gossip round, node i sends its whole
 buffer to every out-neighbour j != i with W[j, i] > 0.
+
+On CUDA the gossip matmul always runs in IEEE float32, whatever TF32 setting the rest of
+the run uses: TF32 keeps 10 mantissa bits, so every mix would move each parameter by
+about 5e-4 of its size (about the size of an Adam step at lr 5e-5) and would no longer
+preserve the node average exactly. The matmul is memory-bound, so TF32 would gain nothing.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -81,10 +87,27 @@ class LocalMixer(Mixer):
             if t.shape[0] != M:
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
-        for t, o in zip(tensors, out):
-            Wt = self.operator(k, t.device, t.dtype)
-            torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
+        with ieee_fp32_matmul(tensors[0].device):
+            for t, o in zip(tensors, out):
+                Wt = self.operator(k, t.device, t.dtype)
+                torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
         return list(out)
+
+
+@contextmanager
+def ieee_fp32_matmul(device: torch.device) -> Iterator[None]:
+    """On CUDA, float32 matmuls inside run in IEEE float32 (TF32 off), then the previous
+    setting returns. Uses torch's ``fp32_precision`` flag; a no-op elsewhere."""
+    flags = torch.backends.cuda.matmul
+    if device.type != "cuda" or flags.fp32_precision == "ieee":
+        yield
+        return
+    previous = flags.fp32_precision
+    flags.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        flags.fp32_precision = previous
 
 
 def local_mixer(name: str, nodes: int, rounds: int = 1, **kw) -> LocalMixer:

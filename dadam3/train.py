@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.checkpoint import load, resolve_resume_path
 from dadam3.config import CONFIG_DIR, optimizer_args, run_cli, topology_args
+from dadam3.cuda_flags import check_cuda_flags, set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset, mode_metrics
 from dadam3.errors import ConfigError, check_range
 from dadam3.gan.stacked import build_stacked_nets
@@ -67,6 +68,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
     if cfg.dtype not in DTYPES:
         raise ConfigError("dtype", cfg.dtype, f"allowed: {', '.join(DTYPES)}")
     dtype, device = DTYPES[cfg.dtype], resolve_device(cfg.device)
+    check_cuda_flags(cfg.cuda.tf32, cfg.cuda.cudnn_benchmark)
+    if device.type == "cuda":
+        log.info("CUDA: %s", set_cuda_flags(cfg.cuda.tf32, cfg.cuda.cudnn_benchmark))
     if cfg.get("threads") is not None:
         torch.set_num_threads(_int(cfg.threads, "threads", 1))
 

@@ -26,7 +26,8 @@ Timing: ``--warmup`` untimed iterations, then per-iteration wall time with the d
 synchronised before and after each iteration; the median is reported.  A timed phase
 stops early (after at least 3 iterations) once it has used ``--max-seconds``; the
 number of iterations actually measured is printed.  On CUDA ``cudnn.benchmark`` and
-TF32 (matmul and cuDNN convolutions) are enabled unless ``--no-tf32``.
+TF32 (matmul and cuDNN convolutions) are enabled unless ``--no-tf32``, as the trainer's
+``cuda.tf32`` does; the gossip matmul stays IEEE float32 either way.
 
 CPU threads: the default is ONE torch thread.  The 2-core machine this was written on is
 shared with other jobs, and whenever they keep the cores busy torch's spinning OpenMP
@@ -51,6 +52,7 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
 from dadam3.gan.loop_reference import LoopReference  # noqa: E402
 from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
 from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
@@ -72,18 +74,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def set_tf32(enabled: bool) -> str:
-    be = torch.backends
-    if hasattr(be.cuda.matmul, "fp32_precision"):       # the API of torch >= 2.9
-        be.cuda.matmul.fp32_precision = "tf32" if enabled else "ieee"
-        be.cudnn.conv.fp32_precision = "tf32" if enabled else "ieee"
-        return (f"matmul fp32_precision={be.cuda.matmul.fp32_precision}, "
-                f"cudnn.conv fp32_precision={be.cudnn.conv.fp32_precision}")
-    be.cuda.matmul.allow_tf32 = enabled
-    be.cudnn.allow_tf32 = enabled
-    return f"matmul allow_tf32={be.cuda.matmul.allow_tf32}, cudnn allow_tf32={be.cudnn.allow_tf32}"
 
 
 def synchronize(device: torch.device) -> None:
@@ -305,8 +295,7 @@ def main() -> None:
     peak = a.peak_tflops
     if cuda:
         props = torch.cuda.get_device_properties(device)
-        torch.backends.cudnn.benchmark = True
-        tf32 = set_tf32(not a.no_tf32)
+        tf32 = set_cuda_flags(tf32=not a.no_tf32, cudnn_benchmark=True)
         print(f"gpu: {props.name}, {props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB, "
               f"CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}")
         print(f"cudnn.benchmark=True; TF32 {'allowed' if not a.no_tf32 else 'disabled'} ({tf32})")

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from dadam3.mixing import LocalMixer, local_mixer
+from dadam3.mixing import LocalMixer, ieee_fp32_matmul, local_mixer
 from dadam3.topology import build_topology
 
 TOPOLOGIES = ["ring", "complete", "torus", "star", "exponential", "erdos_renyi", "one_peer_exponential"]
@@ -53,3 +53,37 @@ def test_bytes_sent_counts_neighbours_rounds_and_payload():
 def test_single_node_is_identity():
     x = torch.randn(1, 3)
     assert local_mixer("ring", 1).mix([x])[0] is x
+
+
+@pytest.fixture
+def matmul_precision():
+    flags = torch.backends.cuda.matmul
+    before = flags.fp32_precision
+    yield flags
+    flags.fp32_precision = before
+
+
+@pytest.mark.parametrize("setting", ["none", "tf32", "ieee"])
+def test_gossip_matmul_precision_is_ieee_on_cuda_and_restored(matmul_precision, setting):
+    matmul_precision.fp32_precision = setting
+    with ieee_fp32_matmul(torch.device("cuda")):
+        assert matmul_precision.fp32_precision == "ieee"
+    assert matmul_precision.fp32_precision == setting
+    with pytest.raises(KeyError), ieee_fp32_matmul(torch.device("cuda", 0)):
+        raise KeyError("inside")
+    assert matmul_precision.fp32_precision == setting
+    with ieee_fp32_matmul(torch.device("cpu")):
+        assert matmul_precision.fp32_precision == setting
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_float32_gossip_is_not_tf32(matmul_precision):
+    matmul_precision.fp32_precision = "tf32"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(15, 1 << 16, generator=g, dtype=torch.float64)
+    mixer = local_mixer("ring", 15)
+    out = mixer.mix([x.float().cuda()])[0].double().cpu()
+    ref = mixer.mix([x])[0]
+    rel = (out - ref).norm() / ref.norm()
+    assert rel < 1e-6, f"relative error {rel:.2e}: the gossip matmul ran in TF32 (about 1e-4)"
+    assert matmul_precision.fp32_precision == "tf32"

@@ -13,6 +13,8 @@ from hydra import compose, initialize_config_dir
 import dadam3.gan.trainer as trainer_mod
 from dadam3.checkpoint import checkpoint_path, load
 from dadam3.config import CONFIG_DIR
+from dadam3.cuda_flags import set_cuda_flags
+from dadam3.errors import ConfigError
 from dadam3.gan.trainer import TrainingDiverged
 from dadam3.run_logging import read_jsonl
 from dadam3.train import build_trainer, run
@@ -93,6 +95,21 @@ def test_resume_is_bit_identical(tmp_path, overrides):
     assert strip(read_jsonl(tmp_path / "full" / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "cut" / "metrics.jsonl"))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_run_resumes_to_the_same_point(tmp_path, restore_cuda_flags):
+    """On CUDA (cuDNN autotuning off) a resumed image run ends where an uninterrupted one does;
+    the checkpoint holds the CUDA generator states."""
+    cuda = [o for o in IMAGES if o != "device=cpu"] + ["device=cuda", "cuda.cudnn_benchmark=false"]
+    full = train(cuda + ["iterations=6"], tmp_path / "full")
+    assert next(full.G.parameters()).is_cuda
+    train(cuda + ["iterations=3"], tmp_path / "cut")
+    assert load(checkpoint_path(tmp_path / "cut"))["rng"]["cuda"]
+    resumed = train(cuda + ["iterations=6", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
+    for a, b in ((full.G, resumed.G), (full.D, resumed.D)):
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, monkeypatch):
     real_step = trainer_mod.wgan_gp_step
     calls = {"n": 0}
@@ -135,6 +152,30 @@ def test_bad_config_is_one_line(tmp_path, args, start):
     assert len(lines) == 1 and lines[0].startswith(start), r.stderr
 
 
+def test_cuda_flags_are_checked_on_every_device(tmp_path):
+    with pytest.raises(ConfigError, match=r"^cuda.tf32=maybe: must be true or false$"):
+        build_trainer(config([*TOY, "cuda.tf32=maybe"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"^cuda.cudnn_benchmark=1: must be true or false$"):
+        build_trainer(config([*TOY, "cuda.cudnn_benchmark=1"]), tmp_path)
+
+
+@pytest.fixture
+def restore_cuda_flags():
+    be = torch.backends
+    saved = be.cuda.matmul.fp32_precision, be.cudnn.conv.fp32_precision, be.cudnn.benchmark
+    yield
+    be.cuda.matmul.fp32_precision, be.cudnn.conv.fp32_precision, be.cudnn.benchmark = saved
+
+
+@pytest.mark.parametrize("tf32, bench", [(True, True), (False, False), (True, False)])
+def test_set_cuda_flags(restore_cuda_flags, tf32, bench):
+    said = set_cuda_flags(tf32, bench)
+    be = torch.backends
+    assert be.cuda.matmul.fp32_precision == be.cudnn.conv.fp32_precision == ("tf32" if tf32 else "ieee")
+    assert be.cudnn.benchmark is bench
+    assert f"cudnn.benchmark={bench}" in said
+
+
 @pytest.mark.slow
 def test_command_line_sweep(tmp_path):
     r = cli("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-4,5e-5", "seed=0,1", *TOY, "iterations=2",
@@ -171,3 +212,19 @@ def test_wandb_offline_logger_read_back(tmp_path):
     local = {r["iteration"]: r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss_d" in r}
     assert sorted(steps) == sorted(local) == [2, 4]
     assert steps[4]["loss_d"] == pytest.approx(local[4]["loss_d"])
+
+
+@pytest.mark.slow
+def test_gpu_benchmarks_script_smoke(tmp_path):
+    """scripts/gpu_benchmarks.sh end to end at tiny sizes on the CPU (its real run is on a GPU)."""
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", ITERATIONS="4",
+               BENCH_ARGS="--nodes 2 --width 0.0625 --batch 2 --iters 3 --warmup 1",
+               TRAIN_ARGS="model.width=0.03125 batch_size=2 log_every=2 dataset.length=64")
+    r = subprocess.run(["bash", "scripts/gpu_benchmarks.sh", str(tmp_path)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "| 2 |" in summary and summary.count("status finished") == 2, summary
+    m15 = read_jsonl(tmp_path / "train_m15.jsonl")
+    assert m15[-1]["status"] == "finished" and m15[-1]["iteration"] == 4
+    assert len(m15[-2]["loss_d_nodes"]) == 15

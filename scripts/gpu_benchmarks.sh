@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one go (for results/benchmarks.md):
+#   1. the CUDA tests (skipped on machines without CUDA),
+#   2. scripts/bench_gan.py --device cuda (paper's 32x32 nets at full width, batch 64 per
+#      node, M = 1, 5, 15: batched vs loop, mixing share, FLOP rate against the TF32 peak),
+#   3. two short real-size training runs on generated images (dataset=fake): the Fig. 3
+#      setting (dcgan32, M = 5) and the Fig. 4b setting (dcgan64 at 64x64, M = 15), Dadam3,
+#      batch 64 per node, with it/s from metrics.jsonl.
+# Usage: bash scripts/gpu_benchmarks.sh OUT_DIR
+# Writes OUT_DIR/{tests.txt,bench_gan.txt,train_m5.jsonl,train_m15.jsonl,summary.txt}.
+# DEVICE (default cuda), ITERATIONS (default 300), BENCH_ARGS and TRAIN_ARGS (appended to
+# every bench / training command) let a CPU smoke run use tiny sizes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:?usage: bash scripts/gpu_benchmarks.sh OUT_DIR}
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+PY=${PYTHON:-python}
+DEVICE=${DEVICE:-cuda}
+ITERATIONS=${ITERATIONS:-300}
+read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
+read -r -a TRAIN_EXTRA <<<"${TRAIN_ARGS:-}"
+export PYTHONUNBUFFERED=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+{
+  echo "== machine"
+  "$PY" -c "import torch, sys; print('python', sys.version.split()[0], '| torch', torch.__version__, \
+'| CUDA', torch.version.cuda, '| device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none')"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+    --format=csv || true
+} | tee "$OUT_DIR/summary.txt"
+
+echo "== CUDA tests" | tee -a "$OUT_DIR/summary.txt"
+"$PY" -m pytest -q -p no:cacheprovider -rs -k "cuda" tests 2>&1 | tee "$OUT_DIR/tests.txt" | tail -n 3 \
+  | tee -a "$OUT_DIR/summary.txt"
+
+echo "== bench_gan" | tee -a "$OUT_DIR/summary.txt"
+"$PY" scripts/bench_gan.py --device "$DEVICE" "${BENCH_EXTRA[@]}" 2>&1 | tee "$OUT_DIR/bench_gan.txt"
+sed -n '/^| M |/,$p' "$OUT_DIR/bench_gan.txt" >>"$OUT_DIR/summary.txt"
+
+train() {  # name, then overrides
+  local name=$1; shift
+  echo "== training run $name: $*" | tee -a "$OUT_DIR/summary.txt"
+  "$PY" -m dadam3.train dataset=fake optimizer=dadam3 device="$DEVICE" iterations="$ITERATIONS" batch_size=64 \
+    log_every=25 sample_every="$ITERATIONS" checkpoint_every="$ITERATIONS" metrics.every=0 progress=false \
+    "$@" "${TRAIN_EXTRA[@]}" hydra.run.dir="$WORK/$name" 2>&1 | tail -n 5
+  cp "$WORK/$name/metrics.jsonl" "$OUT_DIR/$name.jsonl"
+  "$PY" - "$OUT_DIR/$name.jsonl" <<'EOF' | tee -a "$OUT_DIR/summary.txt"
+import json, sys
+recs = [json.loads(line) for line in open(sys.argv[1])]
+run = [r for r in recs if r.get("status") == "running"]
+first, last = run[0], run[-1]
+rate = (last["iteration"] - first["iteration"]) / (last["time"] - first["time"])
+print(f"iterations {last['iteration']}, {rate:.2f} it/s after iteration {first['iteration']} "
+      f"({1e3 / rate:.1f} ms/it), loss_d {last['loss_d']:.4g}, loss_g {last['loss_g']:.4g}, "
+      f"consensus distance {last['consensus_distance']:.3g}, status {recs[-1]['status']}")
+EOF
+}
+train train_m5 model=dcgan32 nodes=5
+train train_m15 model=dcgan64 dataset.image_size=64 nodes=15
