@@ -66,6 +66,14 @@ def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
     assert load(checkpoint_path(tmp_path))["iteration"] == 8
 
 
+def test_operator_norm_is_the_per_node_norm_of_both_players_gradients(tmp_path):
+    t = build_trainer(config(TOY + ["iterations=1", "dtype=float64"]), tmp_path)
+    trainer_mod.wgan_gp_step(t.G, t.D, *t._draw(), gp_lambda=10.0)
+    grads = [p.grad for net in (t.G, t.D) for p in net.parameters()]
+    by_hand = torch.stack([torch.cat([g[i].reshape(-1) for g in grads]).norm() for i in range(t.M)])
+    torch.testing.assert_close(t._operator_norm(), by_hand, rtol=1e-12, atol=0)
+
+
 def test_image_run_samples_per_node_and_averaged(tmp_path):
     train(IMAGES + ["iterations=4"], tmp_path)
     names = sorted(p.name for p in (tmp_path / "samples").iterdir())

@@ -116,9 +116,9 @@ class WGANTrainer:
 
     def _operator_norm(self) -> torch.Tensor:
         """Per node ||[grad_theta L_G, grad_alpha L_D]||_2 at the current point: [M]."""
-        sq = sum(p.grad.reshape(self.M, -1).pow(2).sum(1) for net in (self.G, self.D)
-                 for p in net.parameters() if p.grad is not None)
-        return sq.sqrt().detach()
+        norms = [torch.linalg.vector_norm(p.grad.detach().reshape(self.M, -1), dim=1)
+                 for net in (self.G, self.D) for p in net.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(norms), dim=0)
 
     def _check_finite(self, out: dict[str, torch.Tensor]) -> None:
         vals = torch.stack([out[k] for k in out if k in LOSS_KEYS or k == "d_fake"])

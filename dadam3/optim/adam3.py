@@ -41,14 +41,15 @@ class Dadam3(OptimisticGossip):
         return {"m": torch.zeros_like(p), "v": torch.zeros_like(p),
                 "lam": torch.full_like(p, group["lambda0"])}
 
-    def _direction(self, g, st, group, k):
+    def _direction(self, g, st, group, k, work):
         beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
         b2, b3 = group["beta2"], group["beta3"]
-        st["m"].mul_(beta1_k).add_(g, alpha=1 - beta1_k)                         # M_k
+        st["m"].lerp_(g, 1 - beta1_k)                                             # M_k
         st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)                            # V_k
-        lam_max = torch.maximum(st["lam"], st["v"])                              # max(Lambda_{k-1}, V_k)
-        st["lam"].mul_(b3).add_(lam_max, alpha=1 - b3)                           # Lambda_k
-        return st["m"] / (st["lam"].sqrt() + group["eps"])                       # D_k
+        torch.maximum(st["lam"], st["v"], out=work)                              # max(Lambda_{k-1}, V_k)
+        st["lam"].lerp_(work, 1 - b3)                                            # Lambda_k
+        d = torch.sqrt(st["lam"], out=st["d"]).add_(group["eps"])
+        torch.div(st["m"], d, out=d)                                             # D_k
 
 
 class Adam3(Dadam3):

@@ -77,11 +77,15 @@ class OptimisticGossip(NodeOptimizer):
         X_k = (X_{k-1} - eta D_k) W^t
 
     with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
-    Subclasses implement ``_init_direction_state`` and ``_direction``.
+    Subclasses implement ``_init_direction_state`` and ``_direction`` (writes D_k into
+    ``state["d"]`` in place). Instead of allocating temporaries, the step keeps one scratch
+    tensor per parameter: X - eta D is written there and the mixer reads it, for X_k and
+    then for Z_{k+1}.
     """
 
     def __init__(self, params, defaults: dict, mixer: Mixer | None = None):
         super().__init__(params, defaults, mixer)
+        self._work: dict[torch.Tensor, torch.Tensor] = {}    # scratch per parameter, not state
         with torch.no_grad():
             ps = list(self._params())
             for group in self.param_groups:
@@ -95,8 +99,15 @@ class OptimisticGossip(NodeOptimizer):
     def _init_direction_state(self, p: torch.Tensor, group: dict) -> dict:
         return {}
 
-    def _direction(self, g: torch.Tensor, state: dict, group: dict, k: int) -> torch.Tensor:
+    def _direction(self, g: torch.Tensor, state: dict, group: dict, k: int, work: torch.Tensor) -> None:
+        """Write D_k into ``state["d"]`` in place; ``work`` is scratch of p's shape (free to overwrite)."""
         raise NotImplementedError
+
+    def _scratch(self, p: torch.Tensor) -> torch.Tensor:
+        work = self._work.get(p)
+        if work is None or work.shape != p.shape or work.dtype != p.dtype or work.device != p.device:
+            work = self._work[p] = torch.empty_like(p)
+        return work
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -106,15 +117,17 @@ class OptimisticGossip(NodeOptimizer):
                 loss = closure()
         self.k += 1
         k = self.k
-        entries, x_half = [], []
+        entries, half = [], []
         for group, p, g in self._grads():
-            st = self.state[p]
-            st["d"] = self._direction(g, st, group, k)
+            st, work = self.state[p], self._scratch(p)
+            self._direction(g, st, group, k, work)                                      # D_k
+            torch.add(st["x"], st["d"], alpha=-group["lr"], out=work)                   # X_{k-1} - eta D_k
             entries.append((group["lr"], p, st))
-            x_half.append(st["x"] - group["lr"] * st["d"])
-        self._mix_into(x_half, [st["x"] for _, _, st in entries], k)                      # X_k
-        z_half = [st["x"] - lr * st["d"] for lr, _, st in entries]
-        self._mix_into(z_half, [p for _, p, _ in entries], k + 1)                          # Z_{k+1}
+            half.append(work)
+        self._mix_into(half, [st["x"] for _, _, st in entries], k)                       # X_k
+        for (lr, _, st), work in zip(entries, half):
+            torch.add(st["x"], st["d"], alpha=-lr, out=work)                            # X_k - eta D_k
+        self._mix_into(half, [p for _, p, _ in entries], k + 1)                          # Z_{k+1}
         return loss
 
 

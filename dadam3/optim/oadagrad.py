@@ -27,6 +27,7 @@ class OAdagrad(OptimisticGossip):
     def _init_direction_state(self, p, group):
         return {"sum_sq": torch.zeros_like(p)}
 
-    def _direction(self, g, st, group, k):
+    def _direction(self, g, st, group, k, work):
         st["sum_sq"].addcmul_(g, g)                                  # ||g_{1:k,i}||^2
-        return g / (st["sum_sq"].sqrt() + group["delta"])            # H_k^{-1} g_k
+        h = torch.sqrt(st["sum_sq"], out=st["d"]).add_(group["delta"])
+        torch.div(g, h, out=h)                                       # H_k^{-1} g_k

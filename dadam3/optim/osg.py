@@ -19,5 +19,5 @@ class DOSG(OptimisticGossip):
     def __init__(self, params, mixer=None, lr: float = 1e-3, maximize: bool = False):
         super().__init__(params, dict(lr=lr, maximize=maximize), mixer)
 
-    def _direction(self, g, st, group, k):
-        return g.clone()  # D_k = G_k; cloned so a later zero_grad cannot change it
+    def _direction(self, g, st, group, k, work):
+        st["d"].copy_(g)  # D_k = G_k, copied so a later zero_grad cannot change it
