@@ -159,8 +159,7 @@ def _image_sampler(seed: int):
     def sample(trainer: WGANTrainer, k: int) -> None:
         out = trainer.run_dir / "samples"
         out.mkdir(parents=True, exist_ok=True)
-        z = torch.randn(trainer.s.samples_per_grid, trainer.s.nz,
-                        generator=torch.Generator().manual_seed(seed + 7)).to(trainer.device, trainer.dtype)
+        z = _fixed_noise(trainer, trainer.s.samples_per_grid, seed + 7)
         was_training = trainer.G.training
         trainer.G.eval()
         with torch.no_grad():
@@ -196,9 +195,14 @@ def _point_sampler(dataset, seed: int, n: int = 1000):
     return sample
 
 
+def _fixed_noise(trainer: WGANTrainer, n: int, seed: int) -> torch.Tensor:
+    """The same n noise vectors at every call (drawn on the CPU, then moved)."""
+    z = torch.randn(n, trainer.s.nz, generator=torch.Generator().manual_seed(seed))
+    return z.to(trainer.device, trainer.dtype)
+
+
 def _sample_points(trainer: WGANTrainer, n: int, seed: int):
-    z = torch.randn(n, trainer.s.nz, generator=torch.Generator().manual_seed(seed + 7)).to(trainer.device,
-                                                                                          trainer.dtype)
+    z = _fixed_noise(trainer, n, seed + 7)
     with torch.no_grad():
         return trainer.G(z.expand(trainer.M, *z.shape)).float(), trainer.G.averaged_module()(z).float()
 

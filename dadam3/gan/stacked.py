@@ -313,27 +313,23 @@ def build_stacked_nets(arch: str, num_nodes: int, *, identical_init: bool = True
 
 def stacked_tensors(stacked: StackedNet, kind: str = "params") -> dict[str, torch.Tensor]:
     """``{name: [M, ...]}`` of a stacked net: ``kind`` is ``"params"``, ``"grads"`` or ``"buffers"``."""
-    if kind == "params":
-        return {k: p.detach() for k, p in stacked.named_parameters()}
-    if kind == "grads":
-        return {k: p.grad for k, p in stacked.named_parameters() if p.grad is not None}
-    if kind == "buffers":
-        return dict(stacked.named_buffers())
-    raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
+    return _named_tensors(stacked, kind)
 
 
 def stack_module_tensors(nets: Sequence[nn.Module], kind: str = "params") -> dict[str, torch.Tensor]:
     """The same ``{name: [M, ...]}`` built from M ordinary modules (the loop reference)."""
-    def one(net):
-        if kind == "params":
-            return {k: p.detach() for k, p in net.named_parameters()}
-        if kind == "grads":
-            return {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
-        if kind == "buffers":
-            return dict(net.named_buffers())
-        raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
-    per_node = [one(net) for net in nets]
+    per_node = [_named_tensors(net, kind) for net in nets]
     return {k: torch.stack([d[k] for d in per_node]) for k in per_node[0]}
+
+
+def _named_tensors(net: nn.Module, kind: str) -> dict[str, torch.Tensor]:
+    if kind == "params":
+        return {k: p.detach() for k, p in net.named_parameters()}
+    if kind == "grads":
+        return {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
+    if kind == "buffers":
+        return dict(net.named_buffers())
+    raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
 
 
 def max_abs_differences(stacked: StackedNet, nets: Sequence[nn.Module],

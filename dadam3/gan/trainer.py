@@ -189,9 +189,9 @@ class WGANTrainer:
             per_node = (total / st.window_count).double().cpu()
             rec[key] = float(per_node.mean())
             rec[f"{key}_nodes"] = per_node.tolist()
-        rec["consensus_distance"] = consensus_distance(list(self.G.parameters()) + list(self.D.parameters()))
         rec["consensus_distance_g"] = consensus_distance(self.G.parameters())
         rec["consensus_distance_d"] = consensus_distance(self.D.parameters())
+        rec["consensus_distance"] = rec["consensus_distance_g"] + rec["consensus_distance_d"]
         sent = self.mixer.bytes_sent if self.mixer is not None else torch.zeros(self.M).numpy()
         rec["bytes_sent_nodes"] = [float(b) for b in sent]
         rec["bytes_sent"] = float(sent.mean())
