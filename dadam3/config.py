@@ -1,15 +1,15 @@
-"""Helpers shared by the Hydra entry points: config location, resolvers, turning the
-``optimizer`` and ``topology`` groups into plain arguments, and a one-line error for an
-unknown group choice on the command line (before Hydra prints its multi-line one)."""
+"""Helpers shared by the Hydra entry points: config location, resolvers, and a one-line
+error for an unknown group choice on the command line (before Hydra prints its
+multi-line one). The config's values are checked in :mod:`dadam3.settings`."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, exit_on_config_error
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -35,25 +35,7 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
                 raise ConfigError(key, v.strip(), f"unknown {key}; allowed: {', '.join(allowed)}")
 
 
-def topology_args(cfg: DictConfig) -> tuple[str, int, dict[str, Any]]:
-    """(name, rounds, builder keyword arguments) from the ``topology`` group."""
-    t = OmegaConf.to_container(cfg, resolve=True)
-    name = t.pop("name")
-    rounds = t.pop("rounds", 1)
-    return name, rounds, {k: v for k, v in t.items()}
-
-
-def optimizer_args(cfg: DictConfig) -> tuple[str, dict[str, Any]]:
-    """(name, hyper-parameters) from the ``optimizer`` group."""
-    o = OmegaConf.to_container(cfg, resolve=True)
-    return o.pop("name"), o
-
-
 def run_cli(hydra_main, groups: Sequence[str]) -> None:
     """Entry-point wrapper: pre-check group choices, then hand over to Hydra."""
-    try:
-        check_group_choices(sys.argv[1:], groups)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    exit_on_config_error(check_group_choices)(sys.argv[1:], groups)
     hydra_main()

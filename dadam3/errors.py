@@ -1,17 +1,24 @@
-"""User-facing configuration errors.
+"""User-facing errors and the checks that raise them.
 
 Every bad input is reported as ONE line that names the config key, the value
 that was given and what is allowed, e.g.::
 
     optimizer.beta1=1.5: must be in [0, 1)
 
-Entry points catch :class:`ConfigError`, print ``error: <message>`` to stderr
-and exit with status 2, so users never see a long traceback for a typo.
+Every check of a config value lives here (:func:`check_range`, :func:`check_int`,
+:func:`check_choice`, :func:`check_bool`). Runs that stop for a reason the user must
+act on raise a :class:`RunStopped` subclass with its own exit status. Both entry points
+go through :func:`exit_on_config_error`, the one place where these become
+``error: <message>`` on stderr and an exit status, so users never see a traceback
+for a typo or a divergence.
 """
 from __future__ import annotations
 
+import functools
+import math
+import numbers
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +42,7 @@ def check_range(key: str, value: float, low: float | None = None, high: float | 
         v = float(value)
     except (TypeError, ValueError):
         raise ConfigError(key, value, "must be a number") from None
-    if v != v:  # NaN
+    if not math.isfinite(v):
         raise ConfigError(key, value, "must be a finite number")
     bad = (low is not None and (v < low or (low_open and v == low))) or \
           (high is not None and (v > high or (high_open and v == high)))
@@ -48,9 +55,57 @@ def check_range(key: str, value: float, low: float | None = None, high: float | 
     return v
 
 
+def check_int(key: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``; bools and non-integral numbers are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ConfigError(key, value, "must be an integer" + _bounds(low, high))
+    v = int(value)
+    if (low is not None and v < low) or (high is not None and v > high):
+        raise ConfigError(key, value, "must be an integer" + _bounds(low, high))
+    return v
+
+
+def check_choice(key: str, value: Any, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed`` (exact match)."""
+    if value not in allowed:
+        raise ConfigError(key, value, f"unknown value; allowed: {', '.join(allowed)}")
+    return value
+
+
+def check_bool(key: str, value: Any) -> bool:
+    """``value`` if it is a bool (YAML true/false); 0/1 and strings are refused."""
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "must be true or false")
+    return value
+
+
+def _bounds(low: int | None, high: int | None) -> str:
+    if low is not None and high is not None:
+        return f" in [{low}, {high}]"
+    if low is not None:
+        return f" >= {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""
+
+
+class RunStopped(RuntimeError):
+    """A run ended early for a reason the user must act on; ``exit_code`` is its status."""
+
+    exit_code = 1
+    prefix = "error"
+
+
+class Diverged(RunStopped):
+    """A loss, gradient or parameter became NaN/Inf; the message names node and iteration."""
+
+    exit_code = 3
+    prefix = "error: training diverged"
+
+
 def exit_on_config_error(fn: F) -> F:
-    """Decorator for entry points: a :class:`ConfigError` becomes one line on stderr + exit 2."""
-    import functools
+    """Decorator for entry points: a :class:`ConfigError` becomes one line on stderr and
+    exit status 2, a :class:`RunStopped` one line and its ``exit_code``."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -59,5 +114,8 @@ def exit_on_config_error(fn: F) -> F:
         except ConfigError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except RunStopped as e:
+            print(f"{e.prefix}: {e}", file=sys.stderr)
+            sys.exit(e.exit_code)
 
     return wrapper  # type: ignore[return-value]

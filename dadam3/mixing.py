@@ -32,7 +32,8 @@ class Mixer:
     """Interface: ``mix(tensors, k, out=None) -> list of mixed tensors`` (inputs are not
     modified; ``out``, if given, receives the results and must not alias the inputs)."""
 
-    nodes: int
+    nodes: int              # M, all nodes of the run
+    local_nodes: int        # the rows this process holds (all M in the simulator)
     bytes_sent: np.ndarray  # [M] cumulative bytes sent by each node
 
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
@@ -45,7 +46,7 @@ class LocalMixer(Mixer):
 
     def __init__(self, topology: Topology):
         self.topology = topology
-        self.nodes = topology.nodes
+        self.nodes = self.local_nodes = topology.nodes
         self.bytes_sent = np.zeros(self.nodes, dtype=np.float64)
         self._ops: dict[tuple, torch.Tensor] = {}
         self._out_degree: dict[int, np.ndarray] = {}
@@ -108,8 +109,3 @@ def ieee_fp32_matmul(device: torch.device) -> Iterator[None]:
         yield
     finally:
         flags.fp32_precision = previous
-
-
-def local_mixer(name: str, nodes: int, rounds: int = 1, **kw) -> LocalMixer:
-    """Shortcut: ``LocalMixer(build_topology(name, nodes, rounds, **kw))``."""
-    return LocalMixer(build_topology(name, nodes, rounds, **kw))

@@ -4,8 +4,6 @@ Every logger has the same small interface::
 
     log(metrics: Mapping, step: int)          one record for iteration ``step``
     log_images(key, images, step)             a sample grid (images N×C×H×W in [-1, 1])
-    position() -> int | None                  resume point to store in a checkpoint
-    truncate(position)                        drop what was logged after that point
     finish()
 
 JSONL format: one object per line, ``{"iteration": step, **metrics}``, strict JSON.
@@ -14,10 +12,8 @@ strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the spellings ``float()``
 accepts), so a diverged run is still visible and the file stays valid JSON for any
 reader. :func:`read_jsonl` turns those strings back into floats.
 
-Resuming: a checkpoint stores ``logger.position()`` (bytes of complete records, fsynced);
-after loading, ``logger.truncate(position)`` removes records written after the checkpoint.
-Without a stored position, ``JsonlLogger(path, resume_from_iteration=k)`` drops every
-record whose ``iteration`` is greater than ``k``.
+Resuming: ``JsonlLogger(path, resume_from_iteration=k)`` drops every record whose
+``iteration`` is greater than ``k`` (the checkpoint's iteration).
 """
 from __future__ import annotations
 
@@ -39,7 +35,6 @@ from tqdm import tqdm
 
 from dadam3.errors import ConfigError
 
-LOGGER_KINDS = ("none", "jsonl", "wandb")
 WANDB_MODES = ("online", "offline", "disabled")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -47,8 +42,6 @@ _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 class Logger(Protocol):
     def log(self, metrics: Mapping[str, Any], step: int) -> None: ...
     def log_images(self, key: str, images: Tensor, step: int) -> None: ...
-    def position(self) -> int | None: ...
-    def truncate(self, position: int | None) -> None: ...
     def finish(self) -> None: ...
 
 
@@ -154,33 +147,6 @@ class JsonlLogger:
         save_image(_images_to_grid(images, nrow), out)
         return out
 
-    def position(self) -> int:
-        """Bytes of complete records written so far, flushed and fsynced (store this in a checkpoint)."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        return self._file.tell()
-
-    def truncate(self, position: int | None) -> None:
-        """Cut the file back to ``position`` bytes (a value :meth:`position` returned).
-
-        A file already shorter than ``position`` (it was edited or replaced since the
-        checkpoint; :meth:`position` fsyncs, so a crash alone cannot cause this) is kept as
-        it is, with a warning.
-        """
-        if position is None:
-            return
-        self._file.flush()
-        size = self.path.stat().st_size
-        if position > size:
-            warnings.warn(f"{self.path} has {size} bytes, fewer than the {position} the checkpoint "
-                          "recorded; keeping it as it is", stacklevel=2)
-            return
-        self._file.close()
-        with open(self.path, "r+b") as f:
-            f.truncate(position)
-        self._drop_torn_tail()
-        self._file = open(self.path, "ab")
-
     def finish(self) -> None:
         if not self._file.closed:
             self._file.close()
@@ -267,39 +233,14 @@ class WandbLogger:
         array = (grid * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
         self.run.log({key: self._wandb.Image(array)}, step=int(step))
 
-    def position(self) -> None:
-        return None
-
-    def truncate(self, position: int | None) -> None:
-        pass
-
     def finish(self) -> None:
         self.run.finish()
 
 
 # ---------------------------------------------------------------- fan-out and factory
 
-class NullLogger:
-    """Logs nothing."""
-
-    def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        pass
-
-    def log_images(self, key: str, images: Tensor, step: int) -> None:
-        pass
-
-    def position(self) -> None:
-        return None
-
-    def truncate(self, position: int | None) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
 class MultiLogger:
-    """Sends every call to each logger; ``position``/``truncate`` go to the first that has one."""
+    """Sends every call to each logger."""
 
     def __init__(self, *loggers: Logger):
         self.loggers = list(loggers)
@@ -312,19 +253,6 @@ class MultiLogger:
         for lg in self.loggers:
             lg.log_images(key, images, step)
 
-    def position(self) -> int | None:
-        for lg in self.loggers:
-            pos = lg.position()
-            if pos is not None:
-                return pos
-        return None
-
-    def truncate(self, position: int | None) -> None:
-        for lg in self.loggers:
-            if lg.position() is not None:
-                lg.truncate(position)
-                return
-
     def finish(self) -> None:
         errors = []
         for lg in self.loggers:
@@ -336,24 +264,16 @@ class MultiLogger:
             raise errors[0]
 
 
-def build_logger(kind: str, path: str | os.PathLike | None = None, *,
-                 resume_from_iteration: int | None = None, **wandb_kwargs: Any) -> Logger:
-    """``"none"`` → :class:`NullLogger`; ``"jsonl"`` → :class:`JsonlLogger` at ``path``;
-    ``"wandb"`` → the same JSONL plus a :class:`WandbLogger(**wandb_kwargs)` (its ``dir``
-    defaults to the directory of ``path``), so local records never depend on W&B.
-    """
-    if kind not in LOGGER_KINDS:
-        raise ConfigError("logger", kind, f"must be one of {', '.join(LOGGER_KINDS)}")
-    if kind == "none":
-        return NullLogger()
-    if path is None:
-        raise ValueError(f"logger={kind} needs the path of metrics.jsonl")
+def build_logger(path: str | os.PathLike, *, resume_from_iteration: int | None = None,
+                 wandb: Mapping[str, Any] | None = None) -> Logger:
+    """A :class:`JsonlLogger` at ``path``; with ``wandb`` (keyword arguments of
+    :class:`WandbLogger`; its ``dir`` defaults to the directory of ``path``) the same records
+    go to W&B too, so local records never depend on W&B."""
     jsonl = JsonlLogger(path, resume_from_iteration=resume_from_iteration)
-    if kind == "jsonl":
+    if wandb is None:
         return jsonl
-    wandb_kwargs.setdefault("dir", Path(path).parent)
     try:
-        return MultiLogger(jsonl, WandbLogger(**wandb_kwargs))
+        return MultiLogger(jsonl, WandbLogger(**{"dir": Path(path).parent, **wandb}))
     except BaseException:
         jsonl.finish()
         raise

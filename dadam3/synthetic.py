@@ -1,13 +1,15 @@
 """``python -m dadam3.synthetic``: the synthetic game of Section 5.1 (paper Fig. 1).
 
 Writes ``metrics.csv`` (iteration,error,avg_grad_sq_norm at ~50 log-spaced iterations
-and the last) into the Hydra run directory. Example::
+and the last) and ``status.json`` (``{"status": "finished"}``, or ``"diverged"`` with the
+iteration and message; then the exit status is 3) into the Hydra run directory. Example::
 
     python -m dadam3.synthetic optimizer=dp_oadam iterations=1000000 hydra.run.dir=out/dp
 """
 from __future__ import annotations
 
 import csv
+import json
 import logging
 from pathlib import Path
 
@@ -15,36 +17,39 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from dadam3.config import CONFIG_DIR, optimizer_args, run_cli, topology_args
-from dadam3.errors import ConfigError, exit_on_config_error
+from dadam3.config import CONFIG_DIR, run_cli
+from dadam3.errors import exit_on_config_error
 from dadam3.games.synthetic import SyntheticGame
-from dadam3.games.synthetic_run import run_synthetic
+from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticResult, run_synthetic
+from dadam3.settings import synthetic_settings
 
 log = logging.getLogger(__name__)
 
 
-def write_metrics_csv(path: Path, result) -> None:
-    with open(path, "w", newline="") as f:
+def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
+    with open(out_dir / "metrics.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["iteration", "error", "avg_grad_sq_norm"])
         for it, err, r in result.rows():
             w.writerow([it, repr(err), repr(r)])
+    (out_dir / "status.json").write_text(json.dumps(status) + "\n")
 
 
 @exit_on_config_error
 def run(cfg: DictConfig, out_dir: Path) -> None:
-    name, hparams = optimizer_args(cfg.optimizer)
-    topology, rounds, topology_kw = topology_args(cfg.topology)
-    nodes = cfg.nodes
-    if not isinstance(nodes, int) or nodes < 1:
-        raise ConfigError("nodes", nodes, "must be an integer >= 1")
-    game = SyntheticGame(c=cfg.game.c, k=cfg.game.k)
-    result = run_synthetic(game, name, hparams, nodes, cfg.iterations, seed=cfg.seed, topology=topology,
-                           rounds=rounds, topology_kw=topology_kw, backend=cfg.backend)
+    s = synthetic_settings(cfg)
+    o, t = s.optimizer, s.topology
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_metrics_csv(out_dir / "metrics.csv", result)
-    log.info("%s: %d iterations on %d nodes in %.2f s; final e_k=%.4g R_k=%.4g -> %s", name, cfg.iterations,
-             nodes, result.seconds, result.error[-1], result.avg_grad_sq_norm[-1], out_dir / "metrics.csv")
+    try:
+        result = run_synthetic(SyntheticGame(c=s.game_c, k=s.game_k), o.name, o.hparams, s.nodes, s.iterations,
+                               seed=s.seed, topology=t.name, rounds=t.rounds, topology_kw=dict(t.options),
+                               backend=s.backend)
+    except SyntheticDiverged as e:
+        write_results(out_dir, e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)})
+        raise
+    write_results(out_dir, result, {"status": "finished", "iteration": s.iterations})
+    log.info("%s: %d iterations on %d nodes in %.2f s; final e_k=%.4g R_k=%.4g -> %s", o.name, s.iterations,
+             s.nodes, result.seconds, result.error[-1], result.avg_grad_sq_norm[-1], out_dir / "metrics.csv")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="synthetic")

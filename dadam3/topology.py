@@ -260,11 +260,6 @@ class Topology:
             P = self.schedule(r) @ P
         return spectral_gap_rho(P)
 
-    @property
-    def rho_t(self) -> float:
-        """rho of the first mixing operator (t rounds): ||W^t - 11^T/M||_2."""
-        return spectral_gap_rho(self.operator(1))
-
     def neighbours(self, k: int = 1) -> list[list[int]]:
         """Out-neighbours (j != i that receive i's value) of each node for one round."""
         W = self.matrix(k)

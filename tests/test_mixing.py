@@ -3,8 +3,13 @@ import numpy as np
 import pytest
 import torch
 
-from dadam3.mixing import LocalMixer, ieee_fp32_matmul, local_mixer
+from dadam3.mixing import LocalMixer, ieee_fp32_matmul
 from dadam3.topology import build_topology
+
+
+def local_mixer(name, nodes, rounds=1, **kw):
+    return LocalMixer(build_topology(name, nodes, rounds, **kw))
+
 
 TOPOLOGIES = ["ring", "complete", "torus", "star", "exponential", "erdos_renyi", "one_peer_exponential"]
 

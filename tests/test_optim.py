@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from dadam3.errors import ConfigError
-from dadam3.mixing import LocalMixer, local_mixer
-from dadam3.optim import Adam3, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, mixer_for, \
-    validate_hparams
+from dadam3.mixing import LocalMixer
+from dadam3.optim import OPTIMIZERS, Adam3, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
+    mixer_for, optimizer_spec
 from dadam3.topology import build_topology
 
 W2 = [[0.75, 0.25], [0.25, 0.75]]
@@ -157,7 +157,7 @@ def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     a = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
     b = a.detach().clone().requires_grad_()
     run_steps(build_optimizer("adam3", [a], mixer_for("adam3", 1), **hp), [a], grads)
-    run_steps(Dadam3([b], local_mixer("ring", 1), **hp), [b], grads)
+    run_steps(Dadam3([b], LocalMixer(build_topology("ring", 1)), **hp), [b], grads)
     assert torch.equal(a, b)
     e = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
     run_steps(Adam3([e], **hp), [e], grads)
@@ -169,7 +169,7 @@ def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     cadam3 = build_optimizer("cadam3", [c], mixer_for("cadam3", 4, topology="ring"), **hp)
     assert cadam3.mixer.topology.name == "complete"
     run_steps(cadam3, [c], grads)
-    run_steps(Dadam3([d], local_mixer("complete", 4), **hp), [d], grads)
+    run_steps(Dadam3([d], LocalMixer(build_topology("complete", 4)), **hp), [d], grads)
     assert torch.equal(c, d)
     # complete mixing keeps every node identical: the centralized algorithm
     torch.testing.assert_close(c, c.mean(0, keepdim=True).expand_as(c), rtol=0, atol=1e-15)
@@ -182,14 +182,14 @@ def test_state_dict_resume_is_exact(name):
                                                                                    requires_grad=True)]
     qs = [p.detach().clone().requires_grad_() for p in ps]
     hp = {"lr": 0.01}
-    opt = build_optimizer(name, ps, local_mixer("ring", 3), **hp)
+    opt = build_optimizer(name, ps, LocalMixer(build_topology("ring", 3)), **hp)
     run_steps(opt, ps, grads)
-    opt2 = build_optimizer(name, qs, local_mixer("ring", 3), **hp)
+    opt2 = build_optimizer(name, qs, LocalMixer(build_topology("ring", 3)), **hp)
     run_steps(opt2, qs, grads[:3])
     sd = opt2.state_dict()
     saved = [q.detach().clone() for q in qs]
     rs = [s.clone().requires_grad_() for s in saved]
-    opt3 = build_optimizer(name, rs, local_mixer("ring", 3), **hp)
+    opt3 = build_optimizer(name, rs, LocalMixer(build_topology("ring", 3)), **hp)
     opt3.load_state_dict(sd)
     assert opt3.k == 3
     run_steps(opt3, rs, grads[3:])
@@ -219,10 +219,29 @@ def test_step_without_grad_is_an_error():
     ("dosg", {"lr": -1}, r"^optimizer.lr=-1: must be in \(0, inf\)$"),
     ("dosg", {"beta1": 0.5}, r"^optimizer.beta1=0.5: not an option of optimizer=dosg; allowed: lr$"),
     ("dadam3", {"lr": "fast"}, r"^optimizer.lr=fast: must be a number$"),
+    ("dadam3", {"lr": float("inf")}, r"^optimizer.lr=inf: must be a finite number$"),
 ])
 def test_bad_hyper_parameters(name, hp, match):
     with pytest.raises(ConfigError, match=match):
-        validate_hparams(name, hp)
+        optimizer_spec(name).check_hparams(hp)
+    with pytest.raises(ConfigError, match=match.replace("optimizer=dosg", "DOSG")):
+        build_optimizer(name, [param([1.0])], None, **hp)
+
+
+def test_constructors_check_their_ranges_like_torch_optim():
+    # ConfigError is a ValueError, as torch.optim raises for a bad beta
+    with pytest.raises(ValueError, match=r"^optimizer.beta1=1.5: must be in \[0, 1\)$"):
+        Dadam3([param([1.0])], beta1=1.5)
+    with pytest.raises(ValueError, match=r"^optimizer.delta=0.0: must be in \(0, inf\)$"):
+        OAdagrad([param([1.0])], delta=0.0)
+    with pytest.raises(ValueError, match=r"^optimizer.beta3=0.1: not an option of DPOAdam"):
+        DPOAdam([param([1.0])], beta3=0.1)
+
+
+def test_registry_defaults_are_the_class_tables():
+    for name, spec in OPTIMIZERS.items():
+        assert spec.check_hparams({}) == {k: hp.default for k, hp in spec.cls.HPARAMS.items()}, name
+    assert OPTIMIZERS["dadam3"].check_hparams({"lr": 1e-2})["lr"] == 1e-2
 
 
 def test_unknown_optimizer_and_single_node_rule():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dadam3.errors import ConfigError
-from dadam3.run_logging import (JsonlLogger, MultiLogger, NullLogger, WandbLogger, build_logger,
+from dadam3.run_logging import (JsonlLogger, MultiLogger, WandbLogger, build_logger,
                                 progress, read_jsonl)
 
 
@@ -78,32 +78,6 @@ def test_resume_from_iteration_truncates_later_records(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]  # no temp file left
 
 
-def test_position_and_truncate_for_checkpoint_resume(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    lg = _log_range(path, 0, 5)
-    pos = lg.position()  # what the checkpoint at iteration 4 stores
-    assert pos == path.stat().st_size
-    for it in range(5, 9):
-        lg.log({"loss": float(it)}, step=it)
-    lg.finish()  # ... then the process dies; a new one resumes from the checkpoint
-    lg = JsonlLogger(path)
-    lg.truncate(pos)
-    for it in range(5, 7):
-        lg.log({"loss": float(it)}, step=it)
-    lg.finish()
-    assert [r["iteration"] for r in read_jsonl(path)] == list(range(7))
-
-
-def test_truncate_beyond_end_warns_and_keeps_file(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    lg = _log_range(path, 0, 3)
-    size = lg.position()
-    with pytest.warns(UserWarning, match="fewer than"):
-        lg.truncate(size + 100)
-    lg.finish()
-    assert len(read_jsonl(path)) == 3
-
-
 def test_reopening_drops_torn_last_line_and_appends(tmp_path):
     path = tmp_path / "metrics.jsonl"
     _log_range(path, 0, 2).finish()
@@ -123,14 +97,10 @@ def test_jsonl_log_images_writes_png(tmp_path):
 
 # ---------------------------------------------------------------- factory, fan-out, progress
 
-def test_build_logger_kinds(tmp_path):
-    assert isinstance(build_logger("none"), NullLogger)
-    lg = build_logger("jsonl", tmp_path / "metrics.jsonl")
+def test_build_logger_is_jsonl_without_wandb(tmp_path):
+    lg = build_logger(tmp_path / "metrics.jsonl")
     assert isinstance(lg, JsonlLogger)
     lg.finish()
-    with pytest.raises(ConfigError) as e:
-        build_logger("tensorboard", tmp_path / "metrics.jsonl")
-    assert str(e.value) == "logger=tensorboard: must be one of none, jsonl, wandb"
 
 
 def test_wandb_bad_mode_is_config_error(tmp_path):
@@ -138,17 +108,14 @@ def test_wandb_bad_mode_is_config_error(tmp_path):
         WandbLogger(project="p", mode="dryrun", dir=tmp_path)
 
 
-def test_multilogger_fans_out_and_resumes_through_first_position(tmp_path):
+def test_multilogger_fans_out(tmp_path):
     a, b = JsonlLogger(tmp_path / "a.jsonl"), JsonlLogger(tmp_path / "b.jsonl")
-    multi = MultiLogger(NullLogger(), a, b)
+    multi = MultiLogger(a, b)
     multi.log({"x": 1.0}, step=0)
-    pos = multi.position()
-    assert pos == a.position()
     multi.log({"x": 2.0}, step=1)
-    multi.truncate(pos)
     multi.finish()
-    assert [r["iteration"] for r in read_jsonl(tmp_path / "a.jsonl")] == [0]
-    assert len(read_jsonl(tmp_path / "b.jsonl")) == 2  # only the first positioned logger
+    assert [r["x"] for r in read_jsonl(tmp_path / "a.jsonl")] == [r["x"] for r in read_jsonl(tmp_path / "b.jsonl")] \
+        == [1.0, 2.0]
 
 
 def test_progress_shows_rate_and_eta_from_resume_point():
@@ -186,8 +153,8 @@ def _read_wandb_records(run_file):
 
 def test_wandb_offline_run_is_written_and_read_back(wandb_env):
     run_dir = wandb_env / "run"
-    lg = build_logger("wandb", run_dir / "metrics.jsonl", project="dadam3-test", group="mnist-dadam3",
-                      job_type="node-sim", mode="offline", config={"lr": 1e-3, "nodes": 5})
+    lg = build_logger(run_dir / "metrics.jsonl", wandb=dict(project="dadam3-test", group="mnist-dadam3",
+                      job_type="node-sim", mode="offline", config={"lr": 1e-3, "nodes": 5}))
     for it in range(3):
         lg.log({"loss_d": 0.5 * it, "consensus": torch.tensor(2.0 ** -it), "bad": float("nan")}, step=it)
     lg.log_images("samples", torch.rand(4, 1, 8, 8) * 2 - 1, step=2)

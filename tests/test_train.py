@@ -6,8 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 from hydra import compose, initialize_config_dir
 
 import dadam3.gan.trainer as trainer_mod
@@ -15,8 +17,10 @@ from dadam3.checkpoint import checkpoint_path, load
 from dadam3.config import CONFIG_DIR
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.errors import ConfigError
+from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.trainer import TrainingDiverged
 from dadam3.run_logging import read_jsonl
+from dadam3.settings import train_settings
 from dadam3.train import build_trainer, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +37,7 @@ def config(overrides):
 
 
 def train(overrides, run_dir):
-    t = build_trainer(config(overrides), Path(run_dir))
+    t = build_trainer(train_settings(config(overrides)), Path(run_dir))
     t.fit()
     t.logger.finish()
     return t
@@ -67,11 +71,26 @@ def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
 
 
 def test_operator_norm_is_the_per_node_norm_of_both_players_gradients(tmp_path):
-    t = build_trainer(config(TOY + ["iterations=1", "dtype=float64"]), tmp_path)
+    t = build_trainer(train_settings(config(TOY + ["iterations=1", "dtype=float64"])), tmp_path)
     trainer_mod.wgan_gp_step(t.G, t.D, *t._draw(), gp_lambda=10.0)
     grads = [p.grad for net in (t.G, t.D) for p in net.parameters()]
     by_hand = torch.stack([torch.cat([g[i].reshape(-1) for g in grads]).norm() for i in range(t.M)])
     torch.testing.assert_close(t._operator_norm(), by_hand, rtol=1e-12, atol=0)
+
+
+def test_logged_sample_grid_has_the_generators_pixel_values(tmp_path):
+    """The grid sent to the logger shows the averaged model's images mapped [-1, 1] -> [0, 1]
+    once (it used to be mapped twice: every pixel in [0.5, 1])."""
+    t = train(IMAGES + ["iterations=4"], tmp_path)
+    grid = torch.from_numpy(np.array(Image.open(tmp_path / "images" / "samples_averaged" / "00000004.png")))
+    _, averaged = generate(t.G, fixed_noise(64, t.nz, 0 + 7, torch.device("cpu"), torch.float32))
+    size = averaged.shape[-1]
+    for row, col in ((0, 0), (0, 7), (7, 7)):                   # tiles of make_grid(nrow=8, padding=2)
+        top, left = 2 + row * (size + 2), 2 + col * (size + 2)
+        tile = grid[top:top + size, left:left + size].permute(2, 0, 1).float() / 255
+        expected = (averaged[row * 8 + col] * 0.5 + 0.5).clamp(0, 1)
+        assert (tile - expected).abs().max() <= 1 / 255 + 1e-6
+    assert float(averaged.min()) < -0.05                         # the generator uses the lower half
 
 
 def test_image_run_samples_per_node_and_averaged(tmp_path):
@@ -160,11 +179,11 @@ def test_bad_config_is_one_line(tmp_path, args, start):
     assert len(lines) == 1 and lines[0].startswith(start), r.stderr
 
 
-def test_cuda_flags_are_checked_on_every_device(tmp_path):
+def test_cuda_flags_are_checked_on_every_device():
     with pytest.raises(ConfigError, match=r"^cuda.tf32=maybe: must be true or false$"):
-        build_trainer(config([*TOY, "cuda.tf32=maybe"]), tmp_path)
+        train_settings(config([*TOY, "cuda.tf32=maybe"]))
     with pytest.raises(ConfigError, match=r"^cuda.cudnn_benchmark=1: must be true or false$"):
-        build_trainer(config([*TOY, "cuda.cudnn_benchmark=1"]), tmp_path)
+        train_settings(config([*TOY, "cuda.cudnn_benchmark=1"]))
 
 
 @pytest.fixture

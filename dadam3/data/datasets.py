@@ -31,12 +31,11 @@ from torchvision import datasets, transforms
 from torchvision.transforms.v2 import functional as F2
 from torchvision.datasets.utils import extract_archive
 
-from dadam3.data._validate import check_choice, check_int
+from dadam3.errors import ConfigError, check_choice, check_int
 from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDataset, ImageFiles,
                                     TensorImages, ToRGB, find_image_files)
 from dadam3.data.fake import FakeImages
 from dadam3.data.gaussians import GaussianRing
-from dadam3.errors import ConfigError
 
 NAMES = ("mnist", "cifar10", "cifar100", "celeba", "imagenette", "fake", "gaussians")
 

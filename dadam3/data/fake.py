@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from dadam3.data._validate import check_int
+from dadam3.errors import check_int
 
 _MASK = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B9

@@ -28,9 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dadam3.data._validate import check_choice, check_int
+from dadam3.errors import ConfigError, check_choice, check_int, check_range
 from dadam3.data.partition import PARTITIONS, dirichlet_shards, split_shards
-from dadam3.errors import ConfigError, check_range
 
 STATE_FORMAT = "dadam3.NodeSampler/1"
 

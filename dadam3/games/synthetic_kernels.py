@@ -7,22 +7,44 @@ PyTorch costs ~100 us per step; ``tests/test_synthetic.py`` proves each kernel e
 to its torch optimizer step by step (float64) on the same sample stream, so the
 optimizers stay the single source of truth.
 
-Per iteration k (1-based), with ``ops[(k-1) % P]`` the mixing operator W_k^t:
+Each algorithm is one :class:`Kernel`: its step (``step(g, x, out, state, k, hp)``), the
+named scalars it reads (a namedtuple, so the step writes ``hp.beta1``) and its initial
+state arrays. The loops are shared; per iteration k (1-based), with ``ops[(k-1) % P]``
+the mixing operator W_k^t:
 
-    optimistic family (kind 0 Dadam3, 1 DOSG, 2 OAdagrad):
-        G_k at Z_k; D_k = direction; X_k = W_k^t (X_{k-1} - eta D_k); Z_{k+1} = W_{k+1}^t (X_k - eta D_k)
-    single-sequence family (kind 3 DP-OAdam, 4 DAdam, 5 DSGD):
-        G_k at X_{k-1}; X_k = W_k^t local_step(X_{k-1}, G_k)
+    optimistic family (Dadam3, DOSG, OAdagrad; step writes D_k into ``out``):
+        G_k at Z_k; D_k = step; X_k = W_k^t (X_{k-1} - eta D_k); Z_{k+1} = W_{k+1}^t (X_k - eta D_k)
+    single-sequence family (DP-OAdam, DAdam, DSGD; step writes the point before mixing):
+        G_k at X_{k-1}; X_k = W_k^t step(X_{k-1}, G_k)
+
+The registry (:data:`dadam3.optim.OPTIMIZERS`) names each optimizer's kernel.
 """
 from __future__ import annotations
 
 import math
+from collections import namedtuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba import njit
 
-KINDS = {"dadam3": 0, "dosg": 1, "oadagrad": 2, "dp_oadam": 3, "dadam": 4, "dsgd": 5}
+AdamScalars = namedtuple("AdamScalars", "lr beta1 beta2 eps")
+Adam3Scalars = namedtuple("Adam3Scalars", "lr beta1 beta2 beta3 eps beta1_decay")
+AdagradScalars = namedtuple("AdagradScalars", "lr delta")
+LrScalars = namedtuple("LrScalars", "lr")
 
+
+class Kernel(NamedTuple):
+    step: Any                                               # a numba function, see the module docstring
+    scalars: type                                           # namedtuple of the hyper-parameters it reads
+    init_state: Callable[[dict, tuple], tuple]              # (hparams, shape) -> state arrays
+
+
+def _zeros(n: int):
+    return lambda hp, shape: tuple(np.zeros(shape) for _ in range(n))
+
+
+# ---------------------------------------------------------------- the game and the loops
 
 @njit(cache=True)
 def _operator(z, is_c, c, kk, g):
@@ -67,13 +89,18 @@ def _record(z, k, mean_a, kk, zstar, acc, log_its, li, err_out, r_out):
 
 
 @njit(cache=True)
-def run_optimistic(kind, k0, z, x, d, m, v, lam, is_c, ops, hp, c, kk, zstar, acc,
-                   log_its, li, err_out, r_out):
-    """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1``; state arrays are updated
-    in place. hp = (lr, beta1, beta2, beta3, eps, beta1_decay, delta). Returns the next
-    index into ``log_its``."""
-    lr, b1, b2, b3, eps, b1_decay, delta = hp[0], hp[1], hp[2], hp[3], hp[4], hp[5], hp[6]
-    M = z.shape[0]
+def _finite(a):
+    for v in a.ravel():
+        if not math.isfinite(v):
+            return False
+    return True
+
+
+@njit(cache=True)
+def run_optimistic(direction, k0, z, x, d, state, is_c, ops, hp, c, kk, zstar, acc, log_its, li, err_out, r_out):
+    """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1``; ``z, x, d, state`` are
+    updated in place. Returns (next index into ``log_its``, iterations done); stops early
+    after the first iteration whose point is not finite."""
     P = ops.shape[0]
     g = np.empty_like(z)
     tmp = np.empty_like(z)
@@ -81,35 +108,23 @@ def run_optimistic(kind, k0, z, x, d, m, v, lam, is_c, ops, hp, c, kk, zstar, ac
         k = k0 + n + 1
         li = _record(z, k, (c + 2.0) / 3.0, kk, zstar, acc, log_its, li, err_out, r_out)
         _operator(z, is_c[n], c, kk, g)
-        if kind == 0:
-            b1k = b1 * b1_decay ** (k - 1)
-        for i in range(M):
+        direction(g, x, d, state, k, hp)                     # D_k
+        for i in range(z.shape[0]):
             for p in range(2):
-                gi = g[i, p]
-                if kind == 0:        # Dadam3
-                    m[i, p] = m[i, p] * b1k + (1.0 - b1k) * gi
-                    v[i, p] = v[i, p] * b2 + (1.0 - b2) * (gi * gi)
-                    lam[i, p] = lam[i, p] * b3 + (1.0 - b3) * max(lam[i, p], v[i, p])
-                    d[i, p] = m[i, p] / (math.sqrt(lam[i, p]) + eps)
-                elif kind == 1:      # DOSG
-                    d[i, p] = gi
-                else:                # OAdagrad (v holds the sum of squares)
-                    v[i, p] = v[i, p] + gi * gi
-                    d[i, p] = gi / (math.sqrt(v[i, p]) + delta)
-                tmp[i, p] = x[i, p] - lr * d[i, p]
-        _mix(ops[(k - 1) % P], tmp, x)
-        for i in range(M):
+                tmp[i, p] = x[i, p] - hp.lr * d[i, p]
+        _mix(ops[(k - 1) % P], tmp, x)                       # X_k
+        for i in range(z.shape[0]):
             for p in range(2):
-                tmp[i, p] = x[i, p] - lr * d[i, p]
-        _mix(ops[k % P], tmp, z)
-    return li
+                tmp[i, p] = x[i, p] - hp.lr * d[i, p]
+        _mix(ops[k % P], tmp, z)                             # Z_{k+1}
+        if not _finite(z):
+            return li, n + 1
+    return li, is_c.shape[0]
 
 
 @njit(cache=True)
-def run_single(kind, k0, x, d, m, v, is_c, ops, hp, c, kk, zstar, acc, log_its, li, err_out, r_out):
-    """Single-sequence family (DP-OAdam, DAdam, DSGD); hp = (lr, beta1, beta2, eps)."""
-    lr, b1, b2, eps = hp[0], hp[1], hp[2], hp[3]
-    M = x.shape[0]
+def run_single(local_step, k0, x, state, is_c, ops, hp, c, kk, zstar, acc, log_its, li, err_out, r_out):
+    """Single-sequence family: ``local_step`` writes the point before mixing; see run_optimistic."""
     P = ops.shape[0]
     g = np.empty_like(x)
     tmp = np.empty_like(x)
@@ -117,19 +132,80 @@ def run_single(kind, k0, x, d, m, v, is_c, ops, hp, c, kk, zstar, acc, log_its, 
         k = k0 + n + 1
         li = _record(x, k, (c + 2.0) / 3.0, kk, zstar, acc, log_its, li, err_out, r_out)
         _operator(x, is_c[n], c, kk, g)
-        for i in range(M):
-            for p in range(2):
-                gi = g[i, p]
-                if kind == 5:        # DSGD
-                    tmp[i, p] = x[i, p] - lr * gi
-                    continue
-                m[i, p] = m[i, p] * b1 + (1.0 - b1) * gi
-                v[i, p] = v[i, p] * b2 + (1.0 - b2) * (gi * gi)
-                dk = (m[i, p] / (1.0 - b1 ** k)) / (math.sqrt(v[i, p] / (1.0 - b2 ** k)) + eps)
-                if kind == 3:        # DP-OAdam
-                    tmp[i, p] = x[i, p] - 2.0 * lr * dk + lr * d[i, p]
-                    d[i, p] = dk
-                else:                # DAdam
-                    tmp[i, p] = x[i, p] - lr * dk
-        _mix(ops[(k - 1) % P], tmp, x)
-    return li
+        local_step(g, x, tmp, state, k, hp)
+        _mix(ops[(k - 1) % P], tmp, x)                       # X_k
+        if not _finite(x):
+            return li, n + 1
+    return li, is_c.shape[0]
+
+
+# ---------------------------------------------------------------- optimistic directions: write D_k
+
+@njit(cache=True)
+def dadam3_direction(g, x, d, state, k, hp):
+    m, v, lam = state
+    b1k = hp.beta1 * hp.beta1_decay ** (k - 1)
+    for i in range(g.shape[0]):
+        for p in range(2):
+            m[i, p] = m[i, p] * b1k + (1.0 - b1k) * g[i, p]
+            v[i, p] = v[i, p] * hp.beta2 + (1.0 - hp.beta2) * (g[i, p] * g[i, p])
+            lam[i, p] = lam[i, p] * hp.beta3 + (1.0 - hp.beta3) * max(lam[i, p], v[i, p])
+            d[i, p] = m[i, p] / (math.sqrt(lam[i, p]) + hp.eps)
+
+
+@njit(cache=True)
+def dosg_direction(g, x, d, state, k, hp):
+    d[:] = g
+
+
+@njit(cache=True)
+def oadagrad_direction(g, x, d, state, k, hp):
+    (sum_sq,) = state
+    for i in range(g.shape[0]):
+        for p in range(2):
+            sum_sq[i, p] += g[i, p] * g[i, p]
+            d[i, p] = g[i, p] / (math.sqrt(sum_sq[i, p]) + hp.delta)
+
+
+# ---------------------------------------------------------------- single-sequence steps: the point before mixing
+
+@njit(cache=True)
+def _adam_direction(gi, m, v, i, p, k, hp):
+    """Bias-corrected Adam direction of one coordinate, updating m, v."""
+    m[i, p] = m[i, p] * hp.beta1 + (1.0 - hp.beta1) * gi
+    v[i, p] = v[i, p] * hp.beta2 + (1.0 - hp.beta2) * (gi * gi)
+    return (m[i, p] / (1.0 - hp.beta1 ** k)) / (math.sqrt(v[i, p] / (1.0 - hp.beta2 ** k)) + hp.eps)
+
+
+@njit(cache=True)
+def dp_oadam_step(g, x, out, state, k, hp):
+    m, v, d_prev = state
+    for i in range(g.shape[0]):
+        for p in range(2):
+            dk = _adam_direction(g[i, p], m, v, i, p, k, hp)
+            out[i, p] = x[i, p] - 2.0 * hp.lr * dk + hp.lr * d_prev[i, p]
+            d_prev[i, p] = dk
+
+
+@njit(cache=True)
+def dadam_step(g, x, out, state, k, hp):
+    m, v = state
+    for i in range(g.shape[0]):
+        for p in range(2):
+            out[i, p] = x[i, p] - hp.lr * _adam_direction(g[i, p], m, v, i, p, k, hp)
+
+
+@njit(cache=True)
+def dsgd_step(g, x, out, state, k, hp):
+    for i in range(g.shape[0]):
+        for p in range(2):
+            out[i, p] = x[i, p] - hp.lr * g[i, p]
+
+
+DADAM3 = Kernel(dadam3_direction, Adam3Scalars,
+                lambda hp, shape: (np.zeros(shape), np.zeros(shape), np.full(shape, hp["lambda0"])))
+DOSG = Kernel(dosg_direction, LrScalars, _zeros(1))       # numba cannot type an empty tuple: one unused array
+OADAGRAD = Kernel(oadagrad_direction, AdagradScalars, _zeros(1))
+DP_OADAM = Kernel(dp_oadam_step, AdamScalars, _zeros(3))
+DADAM = Kernel(dadam_step, AdamScalars, _zeros(2))
+DSGD = Kernel(dsgd_step, LrScalars, _zeros(1))

@@ -13,21 +13,18 @@ R_k = (1/k) sum_{i<=k} ||grad F(z_bar_i)||^2.
 """
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, Diverged
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.mixing import LocalMixer
-from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, mixer_for, \
-    validate_hparams
+from dadam3.optim import OptimisticGossip, build_optimizer, mixer_for, optimizer_spec
 
 BACKENDS = ("kernel", "torch")
-_KIND = {Dadam3: 0, DOSG: 1, OAdagrad: 2, DPOAdam: 3, DAdam: 4, DSGD: 5}
 CHUNK = 1 << 18
 
 
@@ -43,29 +40,38 @@ class SyntheticResult:
         return zip(self.iteration.tolist(), self.error.tolist(), self.avg_grad_sq_norm.tolist())
 
 
-def resolved_hparams(optimizer: str, hparams: dict) -> dict:
-    """Validated hyper-parameters completed with the optimizer class's defaults."""
-    hp = validate_hparams(optimizer, hparams)
-    spec = OPTIMIZERS[optimizer]
-    sig = inspect.signature(spec.cls.__init__).parameters
-    return {name: float(hp.get(name, sig[name].default)) for name in spec.hparams}
+class SyntheticDiverged(Diverged):
+    """The iterates left the finite numbers; ``result`` holds what was logged before."""
+
+    def __init__(self, message: str, iteration: int, result: SyntheticResult):
+        super().__init__(message)
+        self.iteration, self.result = iteration, result
 
 
 def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int, iterations: int,
                   seed: int = 0, topology: str = "ring", rounds: int = 1, topology_kw: dict | None = None,
                   backend: str = "kernel", log_its: np.ndarray | None = None, chunk: int = CHUNK) -> SyntheticResult:
-    """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes."""
+    """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes.
+
+    Raises :class:`SyntheticDiverged` (naming the first iteration whose point is not
+    finite, with the records logged up to there) if the iterates overflow."""
     if int(iterations) != iterations or iterations < 1:
         raise ConfigError("iterations", iterations, "must be an integer >= 1")
     if backend not in BACKENDS:
         raise ConfigError("backend", backend, f"allowed: {', '.join(BACKENDS)}")
     iterations = int(iterations)
-    hp = resolved_hparams(optimizer, hparams)
+    hp = optimizer_spec(optimizer).check_hparams(hparams)
     mixer = mixer_for(optimizer, nodes, topology, rounds, **(topology_kw or {}))
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
     run = _run_kernel if backend == "kernel" else _run_torch
     t0 = time.perf_counter()
-    err, r, final = run(game, optimizer, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its, chunk)
+    err, r, final, done = run(game, optimizer, hp, mixer, nodes, iterations, np.random.default_rng(seed),
+                              log_its, chunk)
+    if done < iterations:
+        logged = log_its < done + 1
+        partial = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0)
+        raise SyntheticDiverged(f"the iterates are not finite after iteration {done} "
+                                f"(optimizer={optimizer}, lr={hp['lr']:g})", done, partial)
     return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0)
 
 
@@ -81,31 +87,31 @@ def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
 def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk):
     from dadam3.games import synthetic_kernels as K
 
-    kind = _KIND[OPTIMIZERS[optimizer].cls]
+    spec = optimizer_spec(optimizer)
+    kernel = getattr(K, spec.kernel)
+    optimistic = issubclass(spec.cls, OptimisticGossip)
     ops = np.ascontiguousarray(_mixing_operators(mixer, nodes))
     zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc = np.zeros(1)
-    x, d, m, v, lam = (np.zeros((nodes, 2)) for _ in range(5))
+    scalars = kernel.scalars(**{name: hp[name] for name in kernel.scalars._fields})
+    state = kernel.init_state(hp, (nodes, 2))
+    x, d = np.zeros((nodes, 2)), np.zeros((nodes, 2))
+    z = ops[0] @ x                                                    # Z_1 = W_1^t X_0
     li, k0 = 0, 0
-    if kind <= 2:
-        lam[:] = hp.get("lambda0", 0.0)
-        z = ops[0] @ x                                                # Z_1 = W_1^t X_0
-        hpv = np.array([hp["lr"], hp.get("beta1", 0.0), hp.get("beta2", 0.0), hp.get("beta3", 0.0),
-                        hp.get("eps", 0.0), hp.get("beta1_decay", 1.0), hp.get("delta", 0.0)])
-    else:
-        hpv = np.array([hp["lr"], hp.get("beta1", 0.0), hp.get("beta2", 0.0), hp.get("eps", 0.0)])
     while k0 < iterations:
         n = min(chunk, iterations - k0)
         is_c = SyntheticGame.draw(rng, n, nodes)
-        if kind <= 2:
-            li = K.run_optimistic(kind, k0, z, x, d, m, v, lam, is_c, ops, hpv, game.c, game.k, zstar, acc,
-                                  log_its, li, err, r)
+        if optimistic:
+            li, done = K.run_optimistic(kernel.step, k0, z, x, d, state, is_c, ops, scalars, game.c, game.k,
+                                        zstar, acc, log_its, li, err, r)
         else:
-            li = K.run_single(kind, k0, x, d, m, v, is_c, ops, hpv, game.c, game.k, zstar, acc,
-                              log_its, li, err, r)
-        k0 += n
-    return err, r, (z if kind <= 2 else x).copy()
+            li, done = K.run_single(kernel.step, k0, x, state, is_c, ops, scalars, game.c, game.k, zstar, acc,
+                                    log_its, li, err, r)
+        k0 += done
+        if done < n:
+            break
+    return err, r, (z if optimistic else x).copy(), k0
 
 
 def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk):
@@ -127,4 +133,6 @@ def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chun
                 li += 1
             theta.grad, alpha.grad = torch.autograd.grad(game.loss(theta, alpha, row), [theta, alpha])
             opt.step()
-    return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy()
+            if not (torch.isfinite(theta).all() and torch.isfinite(alpha).all()):
+                return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k
+    return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k

@@ -234,11 +234,6 @@ class StackedNet(nn.Module):
         self.train(first.training)
 
     @classmethod
-    def from_modules(cls, nets: Sequence[SequentialNet]) -> "StackedNet":
-        """Stack the parameters and buffers of ``nets`` (node i = ``nets[i]``); copies, shares nothing."""
-        return cls(nets)
-
-    @classmethod
     def replicate(cls, net: SequentialNet, num_nodes: int) -> "StackedNet":
         """``num_nodes`` identical copies of ``net``."""
         return cls([net] * num_nodes)
@@ -275,16 +270,6 @@ class StackedNet(nn.Module):
         return [self.node_module(i) for i in range(self.num_nodes)]
 
     @torch.no_grad()
-    def load_modules(self, nets: Sequence[SequentialNet]) -> "StackedNet":
-        """Overwrite node i's parameters and buffers with ``nets[i]``'s, in place (same leaf tensors)."""
-        if len(nets) != self.num_nodes:
-            raise ValueError(f"got {len(nets)} modules for {self.num_nodes} nodes")
-        states = [net.state_dict() for net in nets]
-        for name, tensor in self.state_dict().items():
-            tensor.copy_(torch.stack([s[name] for s in states]))
-        return self
-
-    @torch.no_grad()
     def averaged_module(self) -> SequentialNet:
         """The node-average model x̄ = (1/M) Σ_i x_i as an ordinary module.
 
@@ -309,42 +294,3 @@ def build_stacked_nets(arch: str, num_nodes: int, *, identical_init: bool = True
         return StackedNet.replicate(G, num_nodes), StackedNet.replicate(D, num_nodes)
     pairs = [build_nets(arch, **build_kwargs) for _ in range(num_nodes)]
     return StackedNet([g for g, _ in pairs]), StackedNet([d for _, d in pairs])
-
-
-def stacked_tensors(stacked: StackedNet, kind: str = "params") -> dict[str, torch.Tensor]:
-    """``{name: [M, ...]}`` of a stacked net: ``kind`` is ``"params"``, ``"grads"`` or ``"buffers"``."""
-    return _named_tensors(stacked, kind)
-
-
-def stack_module_tensors(nets: Sequence[nn.Module], kind: str = "params") -> dict[str, torch.Tensor]:
-    """The same ``{name: [M, ...]}`` built from M ordinary modules (the loop reference)."""
-    per_node = [_named_tensors(net, kind) for net in nets]
-    return {k: torch.stack([d[k] for d in per_node]) for k in per_node[0]}
-
-
-def _named_tensors(net: nn.Module, kind: str) -> dict[str, torch.Tensor]:
-    if kind == "params":
-        return {k: p.detach() for k, p in net.named_parameters()}
-    if kind == "grads":
-        return {k: p.grad for k, p in net.named_parameters() if p.grad is not None}
-    if kind == "buffers":
-        return dict(net.named_buffers())
-    raise ValueError(f"kind={kind!r}: must be params, grads or buffers")
-
-
-def max_abs_differences(stacked: StackedNet, nets: Sequence[nn.Module],
-                        kinds: Sequence[str] = ("params", "grads", "buffers")) -> dict[str, float]:
-    """``{"kind:name": max |stacked − loop|}`` over every tensor of the given kinds.
-
-    A name present on one side only maps to ``inf`` (e.g. a gradient set on one side only).
-    """
-    out: dict[str, float] = {}
-    for kind in kinds:
-        a, b = stacked_tensors(stacked, kind), stack_module_tensors(nets, kind)
-        for name in a.keys() | b.keys():
-            if name not in a or name not in b or a[name].shape != b[name].shape:
-                out[f"{kind}:{name}"] = float("inf")
-            else:
-                out[f"{kind}:{name}"] = (a[name].double() - b[name].double()).abs().max().item() \
-                    if a[name].numel() else 0.0
-    return out

@@ -11,8 +11,8 @@ generator one (alternating form, for users who want it; not the paper's).
 
 Everything a run needs to continue bit-identically is in its checkpoint: stacked
 parameters and buffers, both optimizers' states, the data sampler's state, the noise
-generator, all global RNG states, the logger position, bytes sent and the running
-sums of the current logging window.
+generator, all global RNG states, bytes sent and the running sums of the current
+logging window.
 """
 from __future__ import annotations
 
@@ -24,32 +24,18 @@ from typing import Any, Callable
 import torch
 
 from dadam3.checkpoint import atomic_save, capture_rng_state, checkpoint_path, restore_rng_state
+from dadam3.errors import Diverged
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.metrics.consensus import consensus_distance
 from dadam3.run_logging import progress
+from dadam3.settings import LoopSettings
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(Diverged):
     """A loss or parameter became NaN/Inf; the message names the node and iteration."""
-
-
-@dataclass
-class TrainSettings:
-    iterations: int
-    batch_size: int
-    nz: int
-    n_critic: int = 1
-    gp_lambda: float = 10.0
-    log_every: int = 50
-    sample_every: int = 1000
-    checkpoint_every: int = 1000
-    eval_every: int = 0
-    seed: int = 0
-    progress: bool = True
-    samples_per_grid: int = 64
 
 
 @dataclass
@@ -64,31 +50,34 @@ class TrainState:
 class WGANTrainer:
     """Trains node-stacked G, D with two node optimizers (one per player) sharing one mixer.
 
-    ``sample_images(trainer, iteration)`` and ``evaluate(trainer, iteration) -> dict`` are
-    hooks the entry point provides (sample grids / scatter plots, inception score or mode
-    coverage); ``logger`` is a :mod:`dadam3.run_logging` logger.
+    ``sample(G, iteration)`` and ``evaluate(G, iteration) -> dict`` are hooks the entry
+    point provides (:func:`dadam3.gan.samples.sample_hook`,
+    :func:`dadam3.metrics.evaluation.evaluation_hook`); ``logger`` is a
+    :mod:`dadam3.run_logging` logger; ``config`` (the resolved run config) is stored in
+    checkpoints.
     """
 
-    def __init__(self, G: StackedNet, D: StackedNet, opt_g, opt_d, sampler, settings: TrainSettings,
+    def __init__(self, G: StackedNet, D: StackedNet, opt_g, opt_d, sampler, settings: LoopSettings,
                  run_dir: Path, logger, device: torch.device, dtype: torch.dtype,
-                 sample_images: Callable[["WGANTrainer", int], None] | None = None,
-                 evaluate: Callable[["WGANTrainer", int], dict] | None = None):
+                 sample: Callable[[StackedNet, int], None] | None = None,
+                 evaluate: Callable[[StackedNet, int], dict] | None = None, config: dict | None = None):
         self.G, self.D, self.opt_g, self.opt_d = G, D, opt_g, opt_d
         self.sampler, self.s, self.run_dir, self.logger = sampler, settings, Path(run_dir), logger
         self.device, self.dtype = device, dtype
-        self.sample_images, self.evaluate = sample_images, evaluate
+        self.sample, self.evaluate = sample, evaluate
+        self.nz = G.in_shape[0]
         self.M = G.num_nodes
         self.mixer = opt_g.mixer
         self.noise = torch.Generator(device=device).manual_seed(settings.seed + 1)
         self.state = TrainState()
-        self.config: dict | None = None          # the resolved run config, stored in checkpoints
+        self.config = config
         self._start = time.perf_counter()
 
     # ------------------------------------------------------------------ one iteration
     def _draw(self):
         M, B = self.M, self.s.batch_size
         real = self.sampler.next_batch().to(self.dtype)
-        z = torch.randn(M, B, self.s.nz, generator=self.noise, device=self.device, dtype=self.dtype)
+        z = torch.randn(M, B, self.nz, generator=self.noise, device=self.device, dtype=self.dtype)
         eps = torch.rand(M, B, generator=self.noise, device=self.device, dtype=self.dtype)
         return real, z, eps
 
@@ -105,7 +94,7 @@ class WGANTrainer:
             out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self._check_finite(out)
             self.opt_d.step()
-        z = torch.randn(self.M, self.s.batch_size, self.s.nz, generator=self.noise, device=self.device,
+        z = torch.randn(self.M, self.s.batch_size, self.nz, generator=self.noise, device=self.device,
                         dtype=self.dtype)
         g_out = generator_step(self.G, self.D, z)
         self._check_finite(g_out)
@@ -163,11 +152,11 @@ class WGANTrainer:
                     # run resumed from here logs exactly what an uninterrupted one does
                     rec = self._record(reset=k % s.log_every == 0)
                     if do_eval:
-                        rec.update(self.evaluate(self, k))
+                        rec.update(self.evaluate(self.G, k))
                     self.logger.log(rec, step=k)
                     bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
-                if self.sample_images is not None and (k % s.sample_every == 0 or last):
-                    self.sample_images(self, k)
+                if self.sample is not None and (k % s.sample_every == 0 or last):
+                    self.sample(self.G, k)
                 if (s.checkpoint_every and k % s.checkpoint_every == 0) or last:
                     self._check_params_finite()
                     self.save_checkpoint()
@@ -199,6 +188,12 @@ class WGANTrainer:
             st.window, st.window_count = {}, 0
         return rec
 
+    def finish(self) -> None:
+        """The final ``finished`` record; closes the logger."""
+        self.logger.log({"iteration": self.state.iteration, "status": "finished", "time": self.wall_time()},
+                        step=self.state.iteration)
+        self.logger.finish()
+
     def wall_time(self) -> float:
         return self.state.elapsed + time.perf_counter() - self._start
 
@@ -216,7 +211,6 @@ class WGANTrainer:
             "sampler": self.sampler.state_dict(),
             "noise": self.noise.get_state(),
             "rng": capture_rng_state(),
-            "logger_position": self.logger.position(),
             "wandb_run_id": next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")),
                                  None),
             "config": self.config,

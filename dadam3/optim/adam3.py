@@ -19,43 +19,42 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.optim.base import OptimisticGossip
+from dadam3.optim.base import EPS, LR, UNIT, HParam, OptimisticGossip
 
 
 class Dadam3(OptimisticGossip):
     """Decentralized ADAptive Momentum Min-Max (Algorithm 2).
 
-    Args: params (stacked [M, ...]), mixer (None = no communication), lr (eta),
-    beta1, beta2, beta3, eps, beta1_decay (lambda of the schedule beta1 * lambda^(k-1);
-    1 keeps beta1 constant), lambda0 (initial Lambda_0), maximize (per group).
+    Args: params (stacked [M, ...]), mixer (None = no communication), maximize (per
+    group), and the hyper-parameters of ``HPARAMS``: lr (eta), beta1, beta2, beta3, eps,
+    beta1_decay (lambda of the schedule beta1 * lambda^(k-1); 1 keeps beta1 constant),
+    lambda0 (initial Lambda_0).
     """
 
-    def __init__(self, params, mixer=None, lr: float = 1e-3, beta1: float = 0.0, beta2: float = 0.999,
-                 beta3: float = 0.1, eps: float = 1e-8, beta1_decay: float = 1.0, lambda0: float = 0.0,
-                 maximize: bool = False):
-        defaults = dict(lr=lr, beta1=beta1, beta2=beta2, beta3=beta3, eps=eps,
-                        beta1_decay=beta1_decay, lambda0=lambda0, maximize=maximize)
-        super().__init__(params, defaults, mixer)
+    HPARAMS = {"lr": LR, "beta1": UNIT, "beta2": HParam(0.999, 0.0, 1.0), "beta3": HParam(0.1, 0.0, 1.0),
+               "eps": EPS, "beta1_decay": HParam(1.0, 0.0, 1.0, low_open=True, high_open=False),
+               "lambda0": HParam(0.0)}
+
+    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
+        super().__init__(params, hparams, mixer, maximize)
 
     def _init_direction_state(self, p, group):
         return {"m": torch.zeros_like(p), "v": torch.zeros_like(p),
                 "lam": torch.full_like(p, group["lambda0"])}
 
-    def _direction(self, g, st, group, k, work):
+    def _write_direction(self, g, st, group, k, work):
         beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
         b2, b3 = group["beta2"], group["beta3"]
         st["m"].lerp_(g, 1 - beta1_k)                                             # M_k
         st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)                            # V_k
         torch.maximum(st["lam"], st["v"], out=work)                              # max(Lambda_{k-1}, V_k)
         st["lam"].lerp_(work, 1 - b3)                                            # Lambda_k
-        d = torch.sqrt(st["lam"], out=st["d"]).add_(group["eps"])
-        torch.div(st["m"], d, out=d)                                             # D_k
+        torch.sqrt(st["lam"], out=work).add_(group["eps"])                       # sqrt(Lambda_k) + eps
+        torch.div(st["m"], work, out=st["d"])                                    # D_k
 
 
 class Adam3(Dadam3):
     """ADAptive Momentum Min-Max on one node (Algorithm 1): Dadam3 without mixing."""
 
-    def __init__(self, params, lr: float = 1e-3, **kw):
-        kw.pop("mixer", None)
-        super().__init__(params, None, lr, **kw)
-
+    def __init__(self, params, maximize: bool = False, **hparams):
+        super().__init__(params, None, maximize, **hparams)

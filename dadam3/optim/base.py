@@ -10,29 +10,69 @@ convention and the loop contract.
   gradient must be taken (``Z_{k+1}`` for the optimistic methods, ``X_k`` for the
   single-sequence ones). A loop is just ``grads at params -> step()``.
 * ``mixer=None`` means no communication (W = I).
+* Hyper-parameters: each algorithm declares ``HPARAMS``, name -> :class:`HParam` (its
+  default and allowed interval); the constructor checks what it is given against them,
+  as ``torch.optim`` does, and the registry, the configs and the synthetic kernels read
+  the same table.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
 
+from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
+
+
+@dataclass(frozen=True)
+class HParam:
+    """A hyper-parameter's default and allowed interval (``None``: unbounded; always finite)."""
+
+    default: float
+    low: float | None = 0.0
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = True
+
+    def check(self, name: str, value: Any) -> float:
+        return check_range(f"optimizer.{name}", value, self.low, self.high, self.low_open, self.high_open)
+
+
+LR = HParam(1e-3, 0.0, None, low_open=True)
+UNIT = HParam(0.0, 0.0, 1.0)                     # a decay rate in [0, 1)
+EPS = HParam(1e-8)
+ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
 
 
 class NodeOptimizer(torch.optim.Optimizer):
     """Base class: holds the mixer and the iteration counter ``k`` (steps taken so far)."""
 
-    def __init__(self, params: Iterable, defaults: dict, mixer: Mixer | None = None):
-        defaults.setdefault("maximize", False)
-        super().__init__(params, defaults)
+    HPARAMS: ClassVar[dict[str, HParam]] = {}
+
+    @classmethod
+    def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
+        """All of ``HPARAMS``: the given values checked, the others at their defaults.
+
+        Raises a one-line ConfigError naming ``optimizer.<key>`` for an unknown key or a
+        value outside its interval (``owner`` names the optimizer in the message)."""
+        for key, value in hparams.items():
+            if key not in cls.HPARAMS:
+                raise ConfigError(f"optimizer.{key}", value, f"not an option of {owner or cls.__name__}; "
+                                                             f"allowed: {', '.join(cls.HPARAMS)}")
+        return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
+
+    def __init__(self, params: Iterable, hparams: Mapping[str, Any], mixer: Mixer | None = None,
+                 maximize: bool = False):
+        super().__init__(params, {**self.check_hparams(hparams), "maximize": maximize})
         self.mixer = mixer
         self.k = 0
         if mixer is not None:
             for p in self._params():
-                if p.shape[0] != mixer.nodes:
+                if p.shape[0] != mixer.local_nodes:
                     raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading node axis "
-                                     f"of size nodes={mixer.nodes}")
+                                     f"of size {mixer.local_nodes} (the nodes this process holds)")
 
     # -- helpers ----------------------------------------------------------------------
     def _params(self):
@@ -77,14 +117,16 @@ class OptimisticGossip(NodeOptimizer):
         X_k = (X_{k-1} - eta D_k) W^t
 
     with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
-    Subclasses implement ``_init_direction_state`` and ``_direction`` (writes D_k into
-    ``state["d"]`` in place). Instead of allocating temporaries, the step keeps one scratch
-    tensor per parameter: X - eta D is written there and the mixer reads it, for X_k and
-    then for Z_{k+1}.
+    Per parameter the state holds ``x`` (X), ``d`` (D) and the algorithm's own buffers.
+    Subclasses implement ``_init_direction_state`` and ``_write_direction`` (writes D_k into
+    ``state["d"]``). Instead of allocating temporaries, the step keeps one scratch tensor
+    per parameter: X - eta D is written there and the mixer reads it, for X_k and then
+    for Z_{k+1}.
     """
 
-    def __init__(self, params, defaults: dict, mixer: Mixer | None = None):
-        super().__init__(params, defaults, mixer)
+    def __init__(self, params, hparams: Mapping[str, Any], mixer: Mixer | None = None,
+                 maximize: bool = False):
+        super().__init__(params, hparams, mixer, maximize)
         self._work: dict[torch.Tensor, torch.Tensor] = {}    # scratch per parameter, not state
         with torch.no_grad():
             ps = list(self._params())
@@ -99,7 +141,7 @@ class OptimisticGossip(NodeOptimizer):
     def _init_direction_state(self, p: torch.Tensor, group: dict) -> dict:
         return {}
 
-    def _direction(self, g: torch.Tensor, state: dict, group: dict, k: int, work: torch.Tensor) -> None:
+    def _write_direction(self, g: torch.Tensor, state: dict, group: dict, k: int, work: torch.Tensor) -> None:
         """Write D_k into ``state["d"]`` in place; ``work`` is scratch of p's shape (free to overwrite)."""
         raise NotImplementedError
 
@@ -111,23 +153,22 @@ class OptimisticGossip(NodeOptimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
         self.k += 1
         k = self.k
-        entries, half = [], []
+        params, states, lrs, before_mixing = [], [], [], []   # before_mixing: X - eta D, to be mixed
         for group, p, g in self._grads():
             st, work = self.state[p], self._scratch(p)
-            self._direction(g, st, group, k, work)                                      # D_k
+            self._write_direction(g, st, group, k, work)                                # D_k
             torch.add(st["x"], st["d"], alpha=-group["lr"], out=work)                   # X_{k-1} - eta D_k
-            entries.append((group["lr"], p, st))
-            half.append(work)
-        self._mix_into(half, [st["x"] for _, _, st in entries], k)                       # X_k
-        for (lr, _, st), work in zip(entries, half):
+            params.append(p)
+            states.append(st)
+            lrs.append(group["lr"])
+            before_mixing.append(work)
+        self._mix_into(before_mixing, [st["x"] for st in states], k)                    # X_k
+        for st, lr, work in zip(states, lrs, before_mixing):
             torch.add(st["x"], st["d"], alpha=-lr, out=work)                            # X_k - eta D_k
-        self._mix_into(half, [p for _, p, _ in entries], k + 1)                          # Z_{k+1}
+        self._mix_into(before_mixing, params, k + 1)                                     # Z_{k+1}
         return loss
 
 
@@ -139,15 +180,21 @@ class SingleSequenceGossip(NodeOptimizer):
     Subclasses implement ``_local_step`` (returns the point before mixing).
     """
 
+    def __init__(self, params, hparams: Mapping[str, Any], mixer: Mixer | None = None,
+                 maximize: bool = False):
+        super().__init__(params, hparams, mixer, maximize)
+        for p in self._params():
+            self.state[p].update(self._init_state(p))
+
+    def _init_state(self, p: torch.Tensor) -> dict:
+        return {}
+
     def _local_step(self, p: torch.Tensor, g: torch.Tensor, state: dict, group: dict, k: int) -> torch.Tensor:
         raise NotImplementedError
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _evaluate(closure)
         self.k += 1
         ps, x_half = [], []
         for group, p, g in self._grads():
@@ -155,6 +202,14 @@ class SingleSequenceGossip(NodeOptimizer):
             ps.append(p)
         self._mix_into(x_half, ps, self.k)
         return loss
+
+
+def _evaluate(closure):
+    """torch.optim's closure convention: re-evaluate the loss (with grad) if one is given."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 def adam_direction(g: torch.Tensor, st: dict, group: dict, k: int) -> torch.Tensor:

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.optim.base import SingleSequenceGossip, adam_direction
+from dadam3.optim.base import ADAM_HPARAMS, SingleSequenceGossip, adam_direction
 
 
 class DPOAdam(SingleSequenceGossip):
-    """Decentralized parallel optimistic Adam (see module docstring)."""
+    """Decentralized parallel optimistic Adam (see module docstring); lr, beta1, beta2, eps."""
 
-    def __init__(self, params, mixer=None, lr: float = 1e-3, beta1: float = 0.5, beta2: float = 0.999,
-                 eps: float = 1e-8, maximize: bool = False):
-        super().__init__(params, dict(lr=lr, beta1=beta1, beta2=beta2, eps=eps, maximize=maximize), mixer)
-        for p in self._params():
-            self.state[p].update(m=torch.zeros_like(p), v=torch.zeros_like(p), d=torch.zeros_like(p))
+    HPARAMS = ADAM_HPARAMS
+
+    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
+        super().__init__(params, hparams, mixer, maximize)
+
+    def _init_state(self, p):
+        return {"m": torch.zeros_like(p), "v": torch.zeros_like(p), "d": torch.zeros_like(p)}
 
     def _local_step(self, p, g, st, group, k):
         d = adam_direction(g, st, group, k)                                   # D_k

@@ -10,14 +10,16 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 """
 from __future__ import annotations
 
-from dadam3.optim.base import OptimisticGossip
+from dadam3.optim.base import LR, OptimisticGossip
 
 
 class DOSG(OptimisticGossip):
-    """Decentralized optimistic stochastic gradient (see module docstring)."""
+    """Decentralized optimistic stochastic gradient (see module docstring); hyper-parameter lr."""
 
-    def __init__(self, params, mixer=None, lr: float = 1e-3, maximize: bool = False):
-        super().__init__(params, dict(lr=lr, maximize=maximize), mixer)
+    HPARAMS = {"lr": LR}
 
-    def _direction(self, g, st, group, k, work):
+    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
+        super().__init__(params, hparams, mixer, maximize)
+
+    def _write_direction(self, g, st, group, k, work):
         st["d"].copy_(g)  # D_k = G_k, copied so a later zero_grad cannot change it

@@ -1,0 +1,85 @@
+"""What a run draws to look at: sample grids of the generators and scatter plots of 2-D samples.
+
+Functions of plain arguments (the node-stacked generator, a fixed noise batch, an output
+directory, the iteration); the entry point binds them into the trainer's ``sample`` hook
+with :func:`sample_hook`. Generator outputs are images in [-1, 1] (tanh); they are mapped
+to [0, 1] exactly once, when a PNG is written.
+"""
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from dadam3.gan.stacked import StackedNet
+
+
+def fixed_noise(n: int, nz: int, seed: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """The same ``n`` noise vectors ``[n, nz]`` at every call (drawn on the CPU, then moved)."""
+    z = torch.randn(n, nz, generator=torch.Generator().manual_seed(seed))
+    return z.to(device, dtype)
+
+
+@torch.no_grad()
+def generate(G: StackedNet, z: Tensor) -> tuple[Tensor, Tensor]:
+    """Every node's samples ``[M, n, ...]`` and the node-averaged model's ``[n, ...]`` from the
+    same noise ``z`` ``[n, nz]``, in eval mode (BatchNorm running statistics), as float32."""
+    was_training = G.training
+    G.eval()
+    try:
+        per_node = G(z.expand(G.num_nodes, *z.shape))
+        averaged = G.averaged_module().eval()(z)
+    finally:
+        G.train(was_training)
+    return per_node.float(), averaged.float()
+
+
+def save_image_grids(G: StackedNet, iteration: int, z: Tensor, out_dir: Path, logger=None) -> None:
+    """``iter_<k>_node<i>.png`` for every node and ``iter_<k>_avg.png`` for the node-averaged
+    model; the averaged grid also goes to ``logger.log_images`` (which takes [-1, 1] images)."""
+    from torchvision.utils import save_image
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_node, averaged = generate(G, z)
+    for i in range(G.num_nodes):
+        save_image(to_unit_range(per_node[i]), out_dir / f"iter_{iteration:06d}_node{i:02d}.png", nrow=8)
+    save_image(to_unit_range(averaged), out_dir / f"iter_{iteration:06d}_avg.png", nrow=8)
+    if logger is not None:
+        logger.log_images("samples/averaged", averaged, step=iteration)
+
+
+def to_unit_range(images: Tensor) -> Tensor:
+    """Generator images in [-1, 1] -> [0, 1] (what PNG writers expect)."""
+    return images * 0.5 + 0.5
+
+
+def save_point_scatter(G: StackedNet, iteration: int, z: Tensor, centers: Tensor, out_dir: Path) -> None:
+    """``iter_<k>.png``: every node's 2-D samples and the node-averaged model's, with the modes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_node, averaged = generate(G, z)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4), sharex=True, sharey=True)
+    for ax, title, data in ((axes[0], "every node", per_node.reshape(-1, 2)), (axes[1], "averaged model", averaged)):
+        ax.scatter(*centers.T.numpy(), c="red", marker="x", s=40, label="modes")
+        ax.scatter(*data.T.cpu().numpy(), s=2, alpha=0.4)
+        ax.set_title(f"{title}, iteration {iteration}")
+        ax.set_aspect("equal")
+    fig.tight_layout()
+    fig.savefig(out_dir / f"iter_{iteration:06d}.png", dpi=100)
+    plt.close(fig)
+
+
+def sample_hook(dataset, nz: int, seed: int, device: torch.device, dtype: torch.dtype, out_dir: Path,
+                logger=None, images_per_grid: int = 64, points: int = 1000) -> Callable[[StackedNet, int], None]:
+    """The trainer's ``sample(G, iteration)``: image grids, or scatter plots for 2-D data."""
+    if len(dataset.shape) == 3:
+        return partial(save_image_grids, z=fixed_noise(images_per_grid, nz, seed + 7, device, dtype),
+                       out_dir=out_dir, logger=logger)
+    return partial(save_point_scatter, z=fixed_noise(points, nz, seed + 7, device, dtype),
+                   centers=dataset.centers, out_dir=out_dir)

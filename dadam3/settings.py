@@ -1,0 +1,239 @@
+"""The runs' settings: the Hydra config checked ONCE, at the entry point, into frozen objects.
+
+``train_settings(cfg)`` and ``synthetic_settings(cfg)`` read every key an entry point
+uses, check it (one-line :class:`~dadam3.errors.ConfigError` naming key, value and what
+is allowed) and return typed, frozen dataclasses. Nothing past the entry point reads the
+config: library code gets these objects' plain fields. Group options that belong to one
+builder (a data set's own keys, a net's width, a topology's ``p``) travel as a read-only
+mapping and are checked by that builder, which is also what users call directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
+from dadam3.optim import optimizer_spec
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+LOGGER_KINDS = ("jsonl", "wandb")
+WANDB_MODES = ("online", "offline", "disabled")
+POINT_DATASETS = ("gaussians",)          # 2-D points (model=mlp); every other data set is images
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    name: str
+    root: str | None
+    image_size: int | None
+    download: bool
+    partition: str
+    alpha: float
+    options: Mapping[str, Any]       # the data set's own keys, checked by build_dataset
+
+    @property
+    def is_images(self) -> bool:
+        return self.name not in POINT_DATASETS
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    arch: str
+    options: Mapping[str, Any]       # width, nz, hidden, ...: checked by build_nets
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    name: str
+    hparams: Mapping[str, float]     # every hyper-parameter, checked, defaults filled in
+
+
+@dataclass(frozen=True)
+class TopologySettings:
+    name: str
+    rounds: int
+    options: Mapping[str, Any]       # rows, p, seed, matrix, file: checked by build_topology
+
+
+@dataclass(frozen=True)
+class LoggerSettings:
+    kind: str                        # jsonl | wandb
+    mode: str | None = None          # wandb: online | offline | disabled
+    project: str | None = None
+    group: str | None = None
+    job_type: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    every: int                       # evaluation period (0: never)
+    samples: int
+    batch_size: int
+    inception: bool
+    inception_weights: str | None
+    download_weights: bool
+    per_node: bool
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the training loop itself reads (:class:`dadam3.gan.trainer.WGANTrainer`)."""
+    iterations: int
+    batch_size: int                  # per node
+    n_critic: int = 1
+    gp_lambda: float = 10.0
+    log_every: int = 50
+    sample_every: int = 1000
+    checkpoint_every: int = 1000     # 0: only at the end
+    eval_every: int = 0
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    nodes: int
+    seed: int
+    device: torch.device
+    dtype: torch.dtype
+    threads: int | None
+    prefetch: bool
+    resume: str | None
+    cuda_tf32: bool
+    cuda_cudnn_benchmark: bool
+    data: DataSettings
+    model: ModelSettings
+    optimizer: OptimizerSettings
+    topology: TopologySettings
+    logger: LoggerSettings
+    metrics: MetricsSettings
+    loop: LoopSettings
+    config: Mapping[str, Any] = field(repr=False)     # the resolved config, stored in checkpoints
+
+
+@dataclass(frozen=True)
+class SyntheticSettings:
+    nodes: int
+    iterations: int
+    seed: int
+    backend: str
+    game_c: float
+    game_k: float
+    optimizer: OptimizerSettings
+    topology: TopologySettings
+
+
+# ---------------------------------------------------------------- from the Hydra config
+
+def train_settings(cfg: DictConfig) -> TrainSettings:
+    """Check every key ``python -m dadam3.train`` reads; see the module docstring."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    nodes = check_int("nodes", c["nodes"], 1)
+    seed = check_int("seed", c["seed"], 0)
+    data = _data(c["dataset"])
+    model = _model(c["model"], data)
+    m = c["metrics"]
+    metrics = MetricsSettings(every=check_int("metrics.every", m["every"], 0),
+                              samples=check_int("metrics.samples", m["samples"], 1),
+                              batch_size=check_int("metrics.batch_size", m["batch_size"], 1),
+                              inception=check_bool("metrics.inception", m["inception"]),
+                              inception_weights=m.get("inception_weights"),
+                              download_weights=check_bool("metrics.download_weights", m["download_weights"]),
+                              per_node=check_bool("metrics.per_node", m["per_node"]))
+    loop = LoopSettings(iterations=check_int("iterations", c["iterations"], 1),
+                        batch_size=check_int("batch_size", c["batch_size"], 1),
+                        n_critic=check_int("n_critic", c["n_critic"], 1),
+                        gp_lambda=check_range("gp_lambda", c["gp_lambda"], 0.0, None),
+                        log_every=check_int("log_every", c["log_every"], 1),
+                        sample_every=check_int("sample_every", c["sample_every"], 1),
+                        checkpoint_every=check_int("checkpoint_every", c["checkpoint_every"], 0),
+                        eval_every=metrics.every, seed=seed,
+                        progress=check_bool("progress", c["progress"]))
+    threads = c.get("threads")
+    return TrainSettings(
+        nodes=nodes, seed=seed, device=resolve_device(c["device"]),
+        dtype=DTYPES[check_choice("dtype", c["dtype"], tuple(DTYPES))],
+        threads=None if threads is None else check_int("threads", threads, 1),
+        prefetch=check_bool("prefetch", c.get("prefetch", False)),
+        resume=None if c.get("resume") in (None, "") else str(c["resume"]),
+        cuda_tf32=check_bool("cuda.tf32", c["cuda"]["tf32"]),
+        cuda_cudnn_benchmark=check_bool("cuda.cudnn_benchmark", c["cuda"]["cudnn_benchmark"]),
+        data=data, model=model, optimizer=_optimizer(c["optimizer"]), topology=_topology(c["topology"]),
+        logger=_logger(c["logger"]), metrics=metrics, loop=loop, config=_frozen(c))
+
+
+def synthetic_settings(cfg: DictConfig) -> SyntheticSettings:
+    """Check every key ``python -m dadam3.synthetic`` reads."""
+    c = OmegaConf.to_container(cfg, resolve=True)
+    return SyntheticSettings(nodes=check_int("nodes", c["nodes"], 1),
+                             iterations=check_int("iterations", c["iterations"], 1),
+                             seed=check_int("seed", c["seed"], 0),
+                             backend=check_choice("backend", c["backend"], ("kernel", "torch")),
+                             game_c=check_range("game.c", c["game"]["c"], 1.0, 1e100, high_open=False),
+                             game_k=check_range("game.k", c["game"]["k"], 0.0, 1e100, high_open=False),
+                             optimizer=_optimizer(c["optimizer"]), topology=_topology(c["topology"]))
+
+
+def resolve_device(name: Any) -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:N``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", name, "allowed: auto, cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", name, "allowed: auto, cpu, cuda, cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "CUDA is not available on this machine; use device=cpu or auto")
+    return device
+
+
+def _optimizer(o: dict) -> OptimizerSettings:
+    o = dict(o)
+    name = o.pop("name")
+    return OptimizerSettings(name, _frozen(optimizer_spec(name).check_hparams(o)))
+
+
+def _topology(t: dict) -> TopologySettings:
+    t = dict(t)
+    name = t.pop("name")
+    return TopologySettings(name, check_int("topology.rounds", t.pop("rounds", 1), 1), _frozen(t))
+
+
+def _data(d: dict) -> DataSettings:
+    d = dict(d)
+    name = d.pop("name")
+    size = d.pop("image_size", None)
+    return DataSettings(name=name, root=d.pop("root", None),
+                        image_size=None if size is None else check_int("dataset.image_size", size, 1),
+                        download=check_bool("dataset.download", d.pop("download", False)),
+                        partition=d.pop("partition", "iid"), alpha=d.pop("alpha", 0.5), options=_frozen(d))
+
+
+def _model(m: dict, data: DataSettings) -> ModelSettings:
+    m = dict(m)
+    arch = m.pop("arch")
+    if data.is_images and arch == "mlp":
+        raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
+    if not data.is_images and arch != "mlp":
+        raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
+    return ModelSettings(arch, _frozen(m))
+
+
+def _logger(lg: dict) -> LoggerSettings:
+    kind = check_choice("logger", lg.get("kind"), LOGGER_KINDS)
+    if kind == "jsonl":
+        return LoggerSettings(kind)
+    return LoggerSettings(kind, mode=check_choice("logger.mode", lg.get("mode"), WANDB_MODES),
+                          project=lg.get("project"), group=lg.get("group"), job_type=lg.get("job_type"),
+                          name=lg.get("name"))
