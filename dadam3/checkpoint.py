@@ -47,7 +47,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = mkstemp_umask(path)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
@@ -64,6 +64,25 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     return path
 
 
+def mkstemp_umask(path: Path) -> tuple[int, str]:
+    """A temporary file ``.<name>.<random>.tmp`` beside ``path``, with the mode an ordinary
+    ``open`` would give it (0666 less the umask; ``mkstemp`` alone makes it 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp
+
+
+def remove_stray_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` files that a killed :func:`atomic_save` left in ``directory``."""
+    removed = []
+    for tmp in Path(directory).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -77,13 +96,20 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def load(path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool = False) -> Any:
-    """Load a checkpoint written by :func:`atomic_save`.
+def load(path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool = False,
+         key: str = "resume") -> Any:
+    """Load a checkpoint written by :func:`atomic_save`; a file torch cannot read (truncated,
+    not a checkpoint) is a one-line ConfigError naming ``key`` and the path.
 
     ``weights_only`` defaults to False because checkpoints may hold the trainer's own
     (trusted) objects such as optimizer-state dataclasses; only load files you wrote.
     """
-    return torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+    try:
+        return torch.load(Path(path), map_location=map_location, weights_only=weights_only)
+    except Exception as e:   # pickle, zip and EOF errors all mean: not a readable checkpoint
+        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
+                                          f"file: {type(e).__name__}: {reason})") from None
 
 
 def resolve_resume_path(resume: str | os.PathLike) -> Path:

@@ -15,7 +15,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 if not OmegaConf.has_resolver("inv_one_plus_sq"):
     # beta2 = 1/(1+c^2) of Section 5.1 follows game.c
-    OmegaConf.register_new_resolver("inv_one_plus_sq", lambda c: 1.0 / (1.0 + float(c) ** 2))
+    OmegaConf.register_new_resolver("inv_one_plus_sq", lambda c: 1.0 / (1.0 + float(c) * float(c)))
 
 
 def group_choices(group: str) -> list[str]:

@@ -1,47 +1,145 @@
-"""A run directory and the checkpoint a run resumes from.
+"""A run directory belongs to one run: claiming it, and resuming the run that wrote it.
 
-``resume=PATH`` (a checkpoint file, a run directory or its ``checkpoints/``) continues
-the run that wrote it, in ITS directory. The keys that fix what is being trained
-(:data:`FIXED_KEYS`) must be the same as when the checkpoint was written.
+* A fresh run refuses a directory that already holds another run's files
+  (:data:`RUN_FILES`) unless ``overwrite=true`` (which deletes them first); ``resume=PATH``
+  continues the run that wrote PATH, in ITS directory.
+* A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
+  process dies) refuses a second live writer.
+* Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
+  deleted when a run claims its directory.
+* Resuming: a checkpoint must be one written by ``python -m dadam3.train``. Keys that
+  only steer the run (:data:`CHANGEABLE`: step sizes and the optimizer's other
+  hyper-parameters, ``iterations``, the logging / sampling / checkpoint / evaluation
+  periods, the logger, device and threads, ...) may change and take effect; every other key
+  fixes what is being trained (nodes, nets, data, topology, dtype, batch size, seed, the
+  optimizer's name, ...) and must be what the checkpoint was made with.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from dadam3.checkpoint import load, resolve_resume_path
+from dadam3.checkpoint import CHECKPOINT_DIR, load, remove_stray_temporaries, resolve_resume_path
 from dadam3.errors import ConfigError
+from dadam3.gan.trainer import CHECKPOINT_KIND
 
 log = logging.getLogger(__name__)
 
-# keys a resumed run must share with its checkpoint
-FIXED_KEYS = ("nodes", "batch_size", "dataset.name", "model.arch", "model.width", "optimizer.name")
+RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "wandb")
+LOCK_FILE = ".lock"
+# dotted keys (or prefixes ending in ".") that may differ between a checkpoint and its resume
+CHANGEABLE = ("optimizer.", "iterations", "log_every", "sample_every", "checkpoint_every", "n_critic",
+              "gp_lambda", "metrics.", "logger.", "progress", "threads", "prefetch", "device", "cuda.",
+              "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers")
+NOT_CHANGEABLE = ("optimizer.name",)
 
 
-def _select(config: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
+@dataclass
+class RunDir:
+    """The directory a run writes into, the lock it holds, and what it resumes from."""
+
+    path: Path
+    checkpoint: dict | None = None
+    changed: dict[str, list] = field(default_factory=dict)   # key -> [checkpoint's value, now]
+    _lock: Any = field(default=None, repr=False)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()          # closing the file drops the flock
+            self._lock = None
 
 
-def open_checkpoint(resume: str | None, config: Mapping[str, Any], run_dir: Path) -> tuple[Path, dict | None]:
-    """(the directory the run writes into, the checkpoint to continue from or None)."""
-    if resume is None:
-        return run_dir, None
-    path = resolve_resume_path(resume)
-    ckpt = load(path, map_location="cpu")
-    saved = ckpt.get("config") or {}
-    for key in FIXED_KEYS:
-        now, then = _select(config, key), _select(saved, key)
-        if saved and now != then:
-            raise ConfigError(key, now, f"the checkpoint {path} was made with {key}={then}")
-    if ckpt["iteration"] >= _select(config, "iterations"):
-        raise ConfigError("iterations", _select(config, "iterations"),
+def open_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False) -> RunDir:
+    """Claim the directory a run writes into (see the module docstring)."""
+    if resume is not None and overwrite:
+        raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
+    ckpt, changed = None, {}
+    if resume is not None:
+        path = resolve_resume_path(resume)
+        ckpt = load(path, map_location="cpu", key="resume")
+        changed = _check_checkpoint(ckpt, path, config)
+        run_dir = path.parent.parent       # continue in the original run directory
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock(run_dir)
+    try:
+        if resume is None:
+            existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+            if existing and not overwrite:
+                raise ConfigError("hydra.run.dir", str(run_dir),
+                                  f"holds another run's files ({', '.join(existing)}); continue it with "
+                                  f"resume={run_dir}, choose a new directory, or set overwrite=true to delete them")
+            for name in existing:
+                target = run_dir / name
+                shutil.rmtree(target) if target.is_dir() else target.unlink()
+        removed = remove_stray_temporaries(run_dir / CHECKPOINT_DIR)
+        if removed:
+            log.info("removed %d temporary file(s) of an interrupted checkpoint write", len(removed))
+    except BaseException:
+        lock.close()
+        raise
+    if ckpt is not None:
+        log.info("resuming from iteration %d in %s%s", ckpt["iteration"], run_dir,
+                 "".join(f"; {k}: {a} -> {b}" for k, (a, b) in changed.items()))
+    return RunDir(run_dir, ckpt, changed, lock)
+
+
+def _lock(run_dir: Path):
+    f = open(run_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"another run (pid {pid}) is writing into this directory; wait for it to end "
+                          "or choose another directory") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def _check_checkpoint(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[str, list]:
+    """Refuse checkpoints of other runs or kinds; return the changed changeable keys."""
+    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
+        raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
+                                               f"(expected kind {CHECKPOINT_KIND})")
+    saved, now = flatten(ckpt.get("config") or {}), flatten(config)
+    changed = {}
+    for key in sorted(saved.keys() | now.keys()):
+        if saved.get(key) == now.get(key):
+            continue
+        if key in NOT_CHANGEABLE or not any(key == c or (c.endswith(".") and key.startswith(c)) for c in CHANGEABLE):
+            raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with "
+                                                 f"{key}={saved.get(key)}; start a new run to change it")
+        changed[key] = [saved.get(key), now.get(key)]
+    if ckpt["iteration"] >= now["iterations"]:
+        raise ConfigError("iterations", now["iterations"],
                           f"the checkpoint is already at iteration {ckpt['iteration']}; raise iterations to continue")
-    run_dir = path.parent.parent       # continue in the original run directory
-    log.info("resuming from %s (iteration %d), writing into %s", path, ckpt["iteration"], run_dir)
-    return run_dir, ckpt
+    return {k: v for k, v in changed.items() if k not in ("resume", "overwrite")}
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def on_logging_grid(iteration: int, config: Mapping[str, Any]) -> bool:
+    """Whether an uninterrupted run with ``config`` logs a record at ``iteration`` anyway (not
+    only because it was its last)."""
+    every = (config.get("metrics") or {}).get("every") or 0
+    return iteration % config["log_every"] == 0 or bool(every and iteration % every == 0)

@@ -22,8 +22,6 @@ import math
 import numbers
 import os
 import sys
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,9 +31,11 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from dadam3.checkpoint import mkstemp_umask
 from dadam3.errors import ConfigError
 
 WANDB_MODES = ("online", "offline", "disabled")
+TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -117,16 +117,23 @@ class JsonlLogger:
     """Appends one JSON object per :meth:`log` call to ``path`` (e.g. ``<run_dir>/metrics.jsonl``).
 
     Each line is flushed when written, so a killed process loses at most the line being
-    written; such a torn last line is removed when the file is opened again. Opening an
-    existing file without ``resume_from_iteration`` appends to it.
+    written; such a torn last line is removed when the file is opened again.
+
+    Resuming from a checkpoint at iteration k (``resume_from_iteration=k``) rewrites the
+    file as an uninterrupted run would have left it at k: records after k go, and so do
+    the final status records (finished, diverged, interrupted) of earlier processes and,
+    with ``drop_record_at_resume_point``, the record at k itself (one that was written only
+    because k was that process's last iteration). Opening an existing file without
+    ``resume_from_iteration`` appends to it.
     """
 
-    def __init__(self, path: str | os.PathLike, resume_from_iteration: int | None = None):
+    def __init__(self, path: str | os.PathLike, resume_from_iteration: int | None = None,
+                 drop_record_at_resume_point: bool = False):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             if resume_from_iteration is not None:
-                self._drop_after_iteration(resume_from_iteration)
+                self._rewind(resume_from_iteration, drop_record_at_resume_point)
             else:
                 self._drop_torn_tail()
         self._file = open(self.path, "ab")
@@ -171,19 +178,21 @@ class JsonlLogger:
                 end = start
             f.truncate(0)
 
-    def _drop_after_iteration(self, last_kept: int) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+    def _rewind(self, k: int, drop_at_k: bool) -> None:
+        fd, tmp = mkstemp_umask(self.path)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out, open(self.path, encoding="utf-8") as src:
                 for line in src:
                     if not line.endswith("\n"):
                         break  # torn last line
                     try:
-                        it = json.loads(line).get("iteration")
+                        record = json.loads(line)
+                        it, status = record.get("iteration"), record.get("status")
                     except (json.JSONDecodeError, AttributeError):
                         continue
-                    if it is None or it <= last_kept:
-                        out.write(line)
+                    if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
+                        continue
+                    out.write(line)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, self.path)
@@ -214,10 +223,15 @@ class WandbLogger:
         self._wandb = wandb
         if dir is not None:
             Path(dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, group=group, job_type=job_type, mode=mode,
-                              config=dict(config or {}), dir=None if dir is None else str(dir),
-                              name=name, id=run_id, resume="allow" if run_id else None,
-                              tags=list(tags) if tags else None)
+        try:
+            self.run = wandb.init(project=project, group=group, job_type=job_type, mode=mode,
+                                  config=dict(config or {}), dir=None if dir is None else str(dir),
+                                  name=name, id=run_id, resume="allow" if run_id else None,
+                                  tags=list(tags) if tags else None)
+        except (wandb.errors.UsageError, wandb.errors.AuthenticationError, wandb.errors.CommError) as e:
+            raise ConfigError("logger.mode", mode, f"wandb cannot start ({' '.join(str(e).split())[:120]}); "
+                                                   "run `wandb login`, or set logger.mode=offline "
+                                                   "(or WANDB_MODE=offline)") from None
 
     @property
     def run_id(self) -> str:
@@ -265,11 +279,11 @@ class MultiLogger:
 
 
 def build_logger(path: str | os.PathLike, *, resume_from_iteration: int | None = None,
-                 wandb: Mapping[str, Any] | None = None) -> Logger:
+                 drop_record_at_resume_point: bool = False, wandb: Mapping[str, Any] | None = None) -> Logger:
     """A :class:`JsonlLogger` at ``path``; with ``wandb`` (keyword arguments of
     :class:`WandbLogger`; its ``dir`` defaults to the directory of ``path``) the same records
     go to W&B too, so local records never depend on W&B."""
-    jsonl = JsonlLogger(path, resume_from_iteration=resume_from_iteration)
+    jsonl = JsonlLogger(path, resume_from_iteration, drop_record_at_resume_point)
     if wandb is None:
         return jsonl
     try:

@@ -9,6 +9,7 @@ mapping and are checked by that builder, which is also what users call directly.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -108,6 +109,7 @@ class TrainSettings:
     threads: int | None
     prefetch: bool
     resume: str | None
+    overwrite: bool
     cuda_tf32: bool
     cuda_cudnn_benchmark: bool
     data: DataSettings
@@ -165,6 +167,7 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
         threads=None if threads is None else check_int("threads", threads, 1),
         prefetch=check_bool("prefetch", c.get("prefetch", False)),
         resume=None if c.get("resume") in (None, "") else str(c["resume"]),
+        overwrite=check_bool("overwrite", c.get("overwrite", False)),
         cuda_tf32=check_bool("cuda.tf32", c["cuda"]["tf32"]),
         cuda_cudnn_benchmark=check_bool("cuda.cudnn_benchmark", c["cuda"]["cudnn_benchmark"]),
         data=data, model=model, optimizer=_optimizer(c["optimizer"]), topology=_topology(c["topology"]),
@@ -234,6 +237,7 @@ def _logger(lg: dict) -> LoggerSettings:
     kind = check_choice("logger", lg.get("kind"), LOGGER_KINDS)
     if kind == "jsonl":
         return LoggerSettings(kind)
-    return LoggerSettings(kind, mode=check_choice("logger.mode", lg.get("mode"), WANDB_MODES),
+    mode = lg.get("mode") or os.environ.get("WANDB_MODE") or "online"   # the config, else the environment
+    return LoggerSettings(kind, mode=check_choice("logger.mode", mode, WANDB_MODES),
                           project=lg.get("project"), group=lg.get("group"), job_type=lg.get("job_type"),
                           name=lg.get("name"))

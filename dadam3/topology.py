@@ -80,9 +80,12 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
     _check_nodes(M)
     if rows is None:
         rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
+        if rows == 1 and M > 3:
+            raise ConfigError("topology", "torus", f"nodes={M} has no factorisation r x c with r, c >= 2: the "
+                                                   "torus would be a ring; use topology=ring or another nodes")
+    if isinstance(rows, bool) or int(rows) != rows or not 1 <= rows <= M or M % int(rows):
+        raise ConfigError("topology.rows", rows, f"must be an integer divisor of nodes={M}")
     rows = int(rows)
-    if rows < 1 or M % rows:
-        raise ConfigError("topology.rows", rows, f"must be a divisor of nodes={M}")
     cols = M // rows
     A = np.zeros((M, M))
     for r in range(rows):
@@ -140,11 +143,14 @@ def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None =
         path = Path(file)
         if not path.is_file():
             raise ConfigError("topology.file", file, "no such file (.npy, .csv or .txt matrix)")
-        if path.suffix == ".npy":
-            W = np.load(path)
-        else:
-            text = path.read_text().replace(",", " ")
-            W = np.loadtxt(text.splitlines(), ndmin=2)
+        try:
+            if path.suffix == ".npy":
+                W = np.asarray(np.load(path, allow_pickle=False), dtype=float)
+            else:
+                W = np.loadtxt(path.read_text().replace(",", " ").splitlines(), ndmin=2)
+        except (ValueError, OSError, UnicodeDecodeError, EOFError) as e:
+            raise ConfigError("topology.file", file, f"not a numeric matrix (.npy, or .csv/.txt rows of "
+                                                     f"numbers): {' '.join(str(e).split())[:200]}") from None
         key = "topology.file"
     else:
         try:

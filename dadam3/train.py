@@ -30,7 +30,7 @@ from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.optim import build_optimizer, mixer_for
-from dadam3.run_dir import open_checkpoint
+from dadam3.run_dir import on_logging_grid, open_run_dir
 from dadam3.run_logging import build_logger
 from dadam3.settings import TrainSettings, train_settings
 
@@ -45,7 +45,8 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
         torch.set_num_threads(s.threads)
     o, t, d = s.optimizer, s.topology, s.data
     mixer = mixer_for(o.name, s.nodes, t.name, t.rounds, **t.options)
-    run_dir, ckpt = open_checkpoint(s.resume, s.config, run_dir)
+    rd = open_run_dir(run_dir, s.resume, s.config, s.overwrite)
+    run_dir, ckpt = rd.path, rd.checkpoint
 
     torch.manual_seed(s.seed)
     dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True, **d.options)
@@ -57,19 +58,25 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     opt_g = build_optimizer(o.name, G.parameters(), mixer, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, **o.hparams)
 
+    nz = G.in_shape[0]
+    evaluate = evaluation_hook(dataset, s.metrics, nz, s.seed, s.device, s.dtype)   # checks weights before the log
     lg = s.logger
     wandb = None if lg.kind != "wandb" else dict(
         project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode, name=lg.name,
         config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
     logger = build_logger(run_dir / "metrics.jsonl", wandb=wandb,
-                          resume_from_iteration=None if ckpt is None else ckpt["iteration"])
-    nz = G.in_shape[0]
+                          resume_from_iteration=None if ckpt is None else ckpt["iteration"],
+                          drop_record_at_resume_point=ckpt is not None and not on_logging_grid(ckpt["iteration"],
+                                                                                               ckpt["config"]))
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run_dir, logger, s.device, s.dtype,
                           sample=sample_hook(dataset, nz, s.seed, s.device, s.dtype, run_dir / "samples", logger),
-                          evaluate=evaluation_hook(dataset, s.metrics, nz, s.seed, s.device, s.dtype),
-                          config=dict(s.config))
+                          evaluate=evaluate,
+                          config=dict(s.config), run_dir_lock=rd)
     if ckpt is not None:
         trainer.load_checkpoint(ckpt)
+        for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
+            opt.set_hparams(o.hparams)
+        trainer.log_resumed(rd.changed)
     return trainer
 
 

@@ -15,7 +15,7 @@ for ds in $datasets; do
   runs=()
   for opt in $optimizers; do
     dir="$out/$ds/$opt"
-    if grep -qs '"status": "finished"' "$dir/metrics.jsonl"; then
+    if tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
       echo "$dir: finished, skipped"
     elif [ -f "$dir/checkpoints/last.pt" ]; then
       "$PY" -m dadam3.train "experiment=${fig}_$ds" "optimizer=$opt" "resume=$dir" "$@" hydra.run.dir="$dir"

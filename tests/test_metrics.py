@@ -188,7 +188,7 @@ def test_pipeline_through_torch_fidelity_with_untrained_inception(tmp_path, monk
 
     monkeypatch.setattr(FE, "forward", spy_forward)
     weights = tmp_path / "empty.pth"
-    torch.save({}, weights)
+    torch.save({inc.INCEPTION_FIRST_KEY: torch.zeros(1)}, weights)
     calls = []
 
     def sample_fn(n):

@@ -37,7 +37,7 @@ CASES = [
     ("dadam3", PAPER, 4, "one_peer_exponential", 2),
     ("cadam3", PAPER, 3, "ring", 1),
     ("adam3", PAPER, 1, "ring", 1),
-    ("dosg", {"lr": 1e-3}, 5, "torus", 1),
+    ("dosg", {"lr": 1e-3}, 6, "torus", 1),
     ("cosg", {"lr": 1e-3}, 5, "ring", 1),
     ("oadagrad", {"lr": 1.0, "delta": 1e-3}, 5, "star", 1),
     ("dp_oadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),

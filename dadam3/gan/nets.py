@@ -32,7 +32,7 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, check_int
 
 ARCHS = ("dcgan32", "dcgan64", "mlp")
 
@@ -164,6 +164,9 @@ def build_nets(arch: str, channels: int = 3, width: float = 1.0, nz: int | None 
         raise ConfigError("model.nz", nz, "must be an integer >= 1")
     if makes is not None and (int(channels) != channels or channels < 1):
         raise ConfigError("model.channels", channels, "must be an integer >= 1")
+    if arch == "mlp":
+        check_int("model.hidden", hidden, 1)
+        check_int("model.data_dim", data_dim, 1)
     init = ("default" if arch == "mlp" else "dcgan") if init is None else init
     if init not in INITS:
         raise ConfigError("model.init", init, f"must be one of {', '.join(INITS)}")

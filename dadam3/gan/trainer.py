@@ -16,6 +16,8 @@ logging window.
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from dadam3.checkpoint import atomic_save, capture_rng_state, checkpoint_path, restore_rng_state
-from dadam3.errors import Diverged
+from dadam3.errors import Diverged, RunStopped
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.metrics.consensus import consensus_distance
@@ -32,10 +34,22 @@ from dadam3.run_logging import progress
 from dadam3.settings import LoopSettings
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
+CHECKPOINT_KIND = "dadam3.train/1"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TrainingDiverged(Diverged):
     """A loss or parameter became NaN/Inf; the message names the node and iteration."""
+
+
+class Interrupted(RunStopped):
+    """SIGINT or SIGTERM: the run saved a checkpoint after the current iteration and stopped."""
+
+    prefix = "stopped"
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -60,7 +74,8 @@ class WGANTrainer:
     def __init__(self, G: StackedNet, D: StackedNet, opt_g, opt_d, sampler, settings: LoopSettings,
                  run_dir: Path, logger, device: torch.device, dtype: torch.dtype,
                  sample: Callable[[StackedNet, int], None] | None = None,
-                 evaluate: Callable[[StackedNet, int], dict] | None = None, config: dict | None = None):
+                 evaluate: Callable[[StackedNet, int], dict] | None = None, config: dict | None = None,
+                 run_dir_lock=None):
         self.G, self.D, self.opt_g, self.opt_d = G, D, opt_g, opt_d
         self.sampler, self.s, self.run_dir, self.logger = sampler, settings, Path(run_dir), logger
         self.device, self.dtype = device, dtype
@@ -71,6 +86,7 @@ class WGANTrainer:
         self.noise = torch.Generator(device=device).manual_seed(settings.seed + 1)
         self.state = TrainState()
         self.config = config
+        self.run_dir_lock = run_dir_lock        # held until the run ends (dadam3.run_dir.RunDir)
         self._start = time.perf_counter()
 
     # ------------------------------------------------------------------ one iteration
@@ -116,7 +132,7 @@ class WGANTrainer:
             node = int((~finite).nonzero()[0])
             bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][node]))]
             self._diverged(f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
-                           f"at iteration {self.state.iteration + 1}", node)
+                           f"at iteration {self.state.iteration + 1}", node, self.state.iteration + 1)
 
     def _check_params_finite(self) -> None:
         for name, net in (("generator", self.G), ("critic", self.D)):
@@ -125,44 +141,51 @@ class WGANTrainer:
                 if not bool(finite.all()):
                     node = int((~finite).nonzero()[0])
                     self._diverged(f"NaN/Inf in {name} parameter {pname} of node {node} "
-                                   f"at iteration {self.state.iteration}", node)
+                                   f"after iteration {self.state.iteration}", node, self.state.iteration)
 
-    def _diverged(self, message: str, node: int) -> None:
+    def _diverged(self, message: str, node: int, iteration: int) -> None:
         last = checkpoint_path(self.run_dir)
         kept = f"; last good checkpoint: {last}" if last.is_file() else "; no checkpoint was written yet"
-        self.logger.log({"iteration": self.state.iteration + 1, "status": "diverged", "node": node,
-                         "message": message}, step=self.state.iteration + 1)
+        self.logger.log({"iteration": iteration, "status": "diverged", "node": node, "message": message,
+                         "time": self.wall_time()}, step=iteration)
         raise TrainingDiverged(message + kept)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
-        s, st = self.s, self.state
-        bar = progress(s.iterations, initial=st.iteration, desc="train", disable=not s.progress)
+        bar = progress(self.s.iterations, initial=self.state.iteration, desc="train", disable=not self.s.progress)
         try:
-            while st.iteration < s.iterations:
-                out = self.train_step()
-                st.iteration += 1
-                k = st.iteration
-                self._accumulate(out)
-                last = k == s.iterations
-                do_eval = bool(s.eval_every) and self.evaluate is not None and (k % s.eval_every == 0 or last)
-                if k % s.log_every == 0 or last or do_eval:
-                    self._check_params_finite()
-                    # an off-grid record (last iteration, evaluation) leaves the window running, so a
-                    # run resumed from here logs exactly what an uninterrupted one does
-                    rec = self._record(reset=k % s.log_every == 0)
-                    if do_eval:
-                        rec.update(self.evaluate(self.G, k))
-                    self.logger.log(rec, step=k)
-                    bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
-                if self.sample is not None and (k % s.sample_every == 0 or last):
-                    self.sample(self.G, k)
-                if (s.checkpoint_every and k % s.checkpoint_every == 0) or last:
-                    self._check_params_finite()
-                    self.save_checkpoint()
-                bar.update(1)
+            with StopSignals() as stop:
+                self._loop(bar, stop)
         finally:
             bar.close()
+
+    def _loop(self, bar, stop: "StopSignals") -> None:
+        """Iterations until ``iterations``, or until a stop signal (then checkpoint and stop)."""
+        s, st = self.s, self.state
+        while st.iteration < s.iterations:
+            out = self.train_step()
+            st.iteration += 1
+            k = st.iteration
+            self._accumulate(out)
+            last = k == s.iterations
+            do_eval = bool(s.eval_every) and self.evaluate is not None and (k % s.eval_every == 0 or last)
+            if k % s.log_every == 0 or last or do_eval:
+                self._check_params_finite()
+                # an off-grid record (last iteration, evaluation) leaves the window running, so a
+                # run resumed from here logs exactly what an uninterrupted one does
+                rec = self._record(reset=k % s.log_every == 0)
+                if do_eval:
+                    rec.update(self.evaluate(self.G, k))
+                self.logger.log(rec, step=k)
+                bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
+            if self.sample is not None and (k % s.sample_every == 0 or last):
+                self.sample(self.G, k)
+            if (s.checkpoint_every and k % s.checkpoint_every == 0) or last or stop.signum:
+                self._check_params_finite()
+                self.save_checkpoint()
+            bar.update(1)
+            if stop.signum and not last:
+                self._interrupted(stop.signum)
 
     def _accumulate(self, out: dict[str, torch.Tensor]) -> None:
         w = self.state.window
@@ -188,11 +211,25 @@ class WGANTrainer:
             st.window, st.window_count = {}, 0
         return rec
 
+    def _interrupted(self, signum: int) -> None:
+        name, k = signal.Signals(signum).name, self.state.iteration
+        self.logger.log({"iteration": k, "status": "interrupted", "signal": name, "time": self.wall_time()}, step=k)
+        self.logger.finish()
+        raise Interrupted(f"{name} after iteration {k}; checkpoint saved; continue with "
+                          f"`python -m dadam3.train resume={self.run_dir}`", signum)
+
+    def log_resumed(self, changed: dict[str, list]) -> None:
+        """The ``resumed`` record: where the run continues and which settings changed."""
+        k = self.state.iteration
+        self.logger.log({"iteration": k, "status": "resumed", "changed": changed, "time": self.wall_time()}, step=k)
+
     def finish(self) -> None:
         """The final ``finished`` record; closes the logger."""
         self.logger.log({"iteration": self.state.iteration, "status": "finished", "time": self.wall_time()},
                         step=self.state.iteration)
         self.logger.finish()
+        if self.run_dir_lock is not None:
+            self.run_dir_lock.release()
 
     def wall_time(self) -> float:
         return self.state.elapsed + time.perf_counter() - self._start
@@ -214,6 +251,7 @@ class WGANTrainer:
             "wandb_run_id": next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")),
                                  None),
             "config": self.config,
+            "kind": CHECKPOINT_KIND,
         }
 
     def save_checkpoint(self) -> Path:
@@ -233,3 +271,27 @@ class WGANTrainer:
                                 window={k: v.to(self.device) for k, v in ckpt["window"].items()},
                                 window_count=ckpt["window_count"])
         self._start = time.perf_counter()
+
+
+class StopSignals:
+    """While active, SIGINT and SIGTERM only set ``signum`` (the loop finishes its iteration,
+    checkpoints and stops); a second signal falls back to the previous handler. Outside the
+    main thread (where Python allows no handlers) it does nothing."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def __enter__(self) -> "StopSignals":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -36,6 +36,7 @@ INCEPTION_WEIGHTS_URL: str = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME: str = os.path.basename(urlparse(URL_INCEPTION_V3).path)
 
 WEIGHTS_KEY = "metrics.inception_weights"
+INCEPTION_FIRST_KEY = "Conv2d_1a_3x3.conv.weight"   # torch-fidelity's FeatureExtractorInceptionV3
 
 _TF_KEYS = {  # torch-fidelity result key -> ours
     "inception_score_mean": "is_mean",
@@ -88,7 +89,7 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
     if weights_path is not None:
         path = os.path.expanduser(str(weights_path))
         if os.path.isfile(path):
-            return path
+            return check_inception_weights(path)
         raise ConfigError(WEIGHTS_KEY, str(weights_path),
                           f"Inception weights not found at this path; download "
                           f"{INCEPTION_WEIGHTS_URL} to it or set {WEIGHTS_KEY}=PATH")
@@ -113,6 +114,20 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
                       f"Inception weights not found in the torch.hub cache ({reason}); "
                       f"download {INCEPTION_WEIGHTS_URL} to {cached} "
                       f"or set {WEIGHTS_KEY}=PATH")
+
+
+def check_inception_weights(path: str) -> str:
+    """``path`` if it holds torch-fidelity's InceptionV3 state dict, else a one-line ConfigError
+    (checked at start-up, so a bad file cannot stop a run at its first evaluation)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ConfigError(WEIGHTS_KEY, path, f"not torch-fidelity's Inception weights (cannot be read: "
+                                             f"{type(e).__name__})") from None
+    if not isinstance(state, Mapping) or INCEPTION_FIRST_KEY not in state:
+        raise ConfigError(WEIGHTS_KEY, path, f"not torch-fidelity's Inception weights (no {INCEPTION_FIRST_KEY}); "
+                                             f"download {INCEPTION_WEIGHTS_URL}")
+    return path
 
 
 def _missing_dirs(path: str) -> list[str]:

@@ -74,6 +74,16 @@ class NodeOptimizer(torch.optim.Optimizer):
                     raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading node axis "
                                      f"of size {mixer.local_nodes} (the nodes this process holds)")
 
+    def set_hparams(self, hparams: Mapping[str, Any]) -> None:
+        """Set hyper-parameters in every group (checked as in the constructor), e.g. a lower lr
+        after loading a checkpoint, whose param_groups hold the values it was saved with."""
+        for key, value in hparams.items():
+            if key not in self.HPARAMS:
+                raise ConfigError(f"optimizer.{key}", value, f"not an option of {type(self).__name__}")
+            checked = self.HPARAMS[key].check(key, value)
+            for group in self.param_groups:
+                group[key] = checked
+
     # -- helpers ----------------------------------------------------------------------
     def _params(self):
         for group in self.param_groups:
