@@ -4,6 +4,10 @@ Layouts under ``root`` and what one item is:
 
 * ``mnist`` — ``MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (or the ``.gz``
   files, decompressed in place): 1×32×32, the 28 px digits resized bilinearly as in the paper.
+* ``fashion_mnist`` — the same four idx file names (raw or ``.gz``), either in torchvision's
+  layout ``FashionMNIST/raw/`` or directly in ``root`` (the Debian package
+  ``dataset-fashion-mnist`` puts the ``.gz`` files in ``/usr/share/datasets/fashion-mnist``):
+  1×32×32, resized exactly like MNIST. Only the requested split's two files are needed.
 * ``cifar10`` / ``cifar100`` — ``cifar-10-batches-py/`` / ``cifar-100-python/`` (the
   extracted official python archives): 3×32×32.
 * ``celeba`` — torchvision's layout ``celeba/img_align_celeba/*.jpg`` plus the annotation
@@ -15,7 +19,7 @@ Layouts under ``root`` and what one item is:
 * ``gaussians`` — no files (:mod:`dadam3.data.gaussians`): 2-D points, infinite.
 
 Every image is float32 C×H×W normalised with mean 0.5 / std 0.5, i.e. in [-1, 1].
-MNIST and CIFAR are preloaded into one uint8 tensor (:class:`TensorImages`); CelebA and
+MNIST, Fashion-MNIST and CIFAR are preloaded into one uint8 tensor (:class:`TensorImages`); CelebA and
 Imagenette decode on demand (:class:`DecodedImages`).
 """
 from __future__ import annotations
@@ -36,13 +40,15 @@ from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDatase
                                     TensorImages, ToRGB, find_image_files)
 from dadam3.data.fake import FakeImages
 from dadam3.data.gaussians import GaussianRing
+from dadam3.data.idx import IdxError, read_idx
 
-NAMES = ("mnist", "cifar10", "cifar100", "celeba", "imagenette", "fake", "gaussians")
+NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100", "celeba", "imagenette", "fake", "gaussians")
 
 # name -> (default image_size, largest size the source can provide without upsampling
 # beyond the paper's own choice: MNIST's 28 px are scaled to 32 as in the paper)
 IMAGE_SIZES = {
     "mnist": (32, 32),
+    "fashion_mnist": (32, 32),
     "cifar10": (32, 32),
     "cifar100": (32, 32),
     "celeba": (64, 178),       # aligned CelebA images are 178×218
@@ -54,6 +60,7 @@ MIN_IMAGE_SIZE = 8
 # extra keyword options each dataset accepts (anything else is a ConfigError)
 OPTIONS: dict[str, tuple[str, ...]] = {
     "mnist": (),
+    "fashion_mnist": (),
     "cifar10": (),
     "cifar100": (),
     "celeba": ("split", "crop", "workers"),
@@ -74,7 +81,7 @@ def build_dataset(name: str, root: str | Path | None, image_size: int | None = N
         root: data directory (unused by ``fake`` and ``gaussians``).
         image_size: output side length; ``None`` gives the paper's size (32 or 64).
         download: let torchvision download missing files (needs internet).
-        train: training split (``False``: MNIST/CIFAR test set, CelebA "test", Imagenette "val").
+        train: training split (``False``: (Fashion-)MNIST/CIFAR test set, CelebA "test", Imagenette "val").
         **kw: per-dataset options, see :data:`OPTIONS`:
             celeba — ``split`` (overrides ``train``), ``crop`` (square crop side, default the
             shorter side), ``workers`` (decode threads); imagenette — ``workers``;
@@ -134,6 +141,64 @@ def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorIma
                       "MNIST", root, raw, names, download, hint)
     images = _resize_uint8(base.data.unsqueeze(1), size)
     return TensorImages(images, base.targets, "mnist")
+
+
+FASHION_MNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
+
+
+def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    """Fashion-MNIST (Xiao, Rasul, Vollgraf 2017) from ``root/FashionMNIST/raw`` or ``root``.
+
+    torchvision's ``datasets.FashionMNIST`` reads only uncompressed files under
+    ``root/FashionMNIST/raw``; rather than decompressing (which needs a writable root or a
+    copy), the split's two idx files are read here, ``.gz`` or raw, in either layout, with
+    :func:`~dadam3.data.idx.read_idx` (gzip + numpy). Nothing is ever written into ``root``,
+    which may be read-only. torchvision's class is used only to download
+    (``download=True`` and no files found), into its own layout. The images go through the
+    same :func:`_resize_uint8` as MNIST.
+    """
+    prefix = "train" if train else "t10k"
+    names = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
+    tv_raw = root / "FashionMNIST" / "raw"
+    files = _find_idx_files(tv_raw, names) or _find_idx_files(root, names)
+    if files is None and download:
+        base = _construct(lambda: datasets.FashionMNIST(str(root), train=train, download=True),
+                          "Fashion-MNIST", root, tv_raw, names, download, "")
+        images, labels = base.data, base.targets
+    elif files is None:
+        raise ConfigError("dataset.root", str(root),
+                          f"Fashion-MNIST not found: neither {tv_raw} nor {root} holds "
+                          f"{' and '.join(names)} (raw or .gz); apt-get install dataset-fashion-mnist "
+                          f"and set dataset.root={FASHION_MNIST_DEBIAN_ROOT}, or set dataset.download=true")
+    else:
+        images, labels = _read_split(root, files)
+    return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "fashion_mnist")
+
+
+def _find_idx_files(folder: Path, names: list[str]) -> list[Path] | None:
+    """``folder/name`` (or ``name.gz``) for every name, or ``None`` if any is missing."""
+    found = []
+    for name in names:
+        path = next((p for p in (folder / name, folder / f"{name}.gz") if p.is_file()), None)
+        if path is None:
+            return None
+        found.append(path)
+    return found
+
+
+def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:
+    """The uint8 ``[N, 28, 28]`` images and ``[N]`` labels of one split; checks they match."""
+    try:
+        images, labels = read_idx(files[0], ndim=3), read_idx(files[1], ndim=1)
+    except (OSError, IdxError) as e:
+        raise ConfigError("dataset.root", str(root),
+                          f"cannot read the Fashion-MNIST idx files ({_one_line(e)}); they may be "
+                          "corrupt: reinstall them or set dataset.download=true with an empty root") from None
+    if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
+        raise ConfigError("dataset.root", str(root),
+                          f"{files[0].name} holds {tuple(images.shape)} images and {files[1].name} "
+                          f"{labels.shape[0]} labels; expected [N, 28, 28] and N")
+    return images, labels
 
 
 def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
@@ -279,6 +344,7 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
 
 _LOADERS: dict[str, Callable[..., ImageDataset]] = {
     "mnist": _load_mnist,
+    "fashion_mnist": _load_fashion_mnist,
     "cifar10": _load_cifar10,
     "cifar100": _load_cifar100,
     "celeba": _load_celeba,

@@ -7,8 +7,10 @@ Paper Sec. 5.3 (Salimans et al., 2016)::
 :func:`inception_score_from_probs` is that formula on given class probabilities (so it can
 be tested); :func:`inception_score` / :func:`fidelity_metrics` sample a generator and hand
 the images to ``torch_fidelity.calculate_metrics`` with its TF-ported InceptionV3 — the
-network the published IS/FID numbers refer to. Nothing here ever substitutes another
-classifier: without the Inception weights these functions raise :class:`ConfigError`.
+network the published IS/FID numbers refer to — unless the caller names another feature
+extractor (``feature_extractor="dadam3-fmnist-classifier"``, see
+:mod:`dadam3.metrics.fidelity`). Nothing here ever substitutes another classifier on its
+own: without the chosen extractor's weights these functions raise :class:`ConfigError`.
 
 Weights: torch-fidelity fetches ``URL_INCEPTION_V3`` with ``torch.hub`` into
 ``$TORCH_HOME/hub/checkpoints/`` (``TORCH_HOME`` defaults to ``~/.cache/torch``). We look
@@ -37,14 +39,6 @@ INCEPTION_WEIGHTS_FILENAME: str = os.path.basename(urlparse(URL_INCEPTION_V3).pa
 
 WEIGHTS_KEY = "metrics.inception_weights"
 INCEPTION_FIRST_KEY = "Conv2d_1a_3x3.conv.weight"   # torch-fidelity's FeatureExtractorInceptionV3
-
-_TF_KEYS = {  # torch-fidelity result key -> ours
-    "inception_score_mean": "is_mean",
-    "inception_score_std": "is_std",
-    "frechet_inception_distance": "fid",
-    "kernel_inception_distance_mean": "kid_mean",
-    "kernel_inception_distance_std": "kid_std",
-}
 
 
 def inception_score_from_probs(probs: Tensor, splits: int = 10) -> tuple[float, float]:
@@ -200,49 +194,31 @@ def fidelity_metrics(sample_fn: Callable[[int], Tensor], num_samples: int, batch
                      reference: Dataset | str | None = None,
                      reference_cache_name: str | None = None,
                      splits: int = 10, seed: int | None = 0, download: bool = True,
-                     extra: Mapping[str, Any] | None = None) -> dict[str, float]:
+                     extra: Mapping[str, Any] | None = None,
+                     feature_extractor: str = "inception-v3-compat",
+                     cache_root: str | os.PathLike | None = None) -> dict[str, float]:
     """IS and optionally FID/KID of ``num_samples`` images from ``sample_fn`` via torch-fidelity.
 
     ``sample_fn(n)`` returns ``n×C×H×W`` images in [-1, 1] (C = 1 or 3). ``reference``
-    (needed for FID/KID) is anything torch-fidelity accepts as ``input2``: a Dataset of
-    uint8 ``3×H×W`` tensors (see :class:`UInt8Images`), a registered name such as
-    ``"cifar10-train"`` or an image directory; ``reference_cache_name`` lets torch-fidelity
-    cache its statistics. ``extra`` is passed on to ``calculate_metrics`` unchanged.
-    Returns a subset of ``is_mean, is_std, fid, kid_mean, kid_std``.
+    (needed for FID/KID) is a dadam3 image dataset (e.g. the training set; its features are
+    then cached, see :mod:`dadam3.metrics.fidelity`) or anything torch-fidelity accepts as
+    ``input2``: a Dataset of uint8 ``3×H×W`` tensors (see :class:`UInt8Images`), a registered
+    name such as ``"cifar10-train"`` or an image directory; ``reference_cache_name`` lets
+    torch-fidelity cache its statistics under ``cache_root``. ``feature_extractor`` is
+    ``"inception-v3-compat"`` (default) or ``"dadam3-fmnist-classifier"``; ``weights_path``
+    its weights. ``extra`` is passed on to ``calculate_metrics`` unchanged. The weights are
+    resolved before ``sample_fn`` is first called. Returns a subset of
+    ``is_mean, is_std, fid, kid_mean, kid_std``.
     """
-    for key, value in (("metrics.num_samples", num_samples), ("metrics.batch_size", batch_size)):
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(key, value, "must be a positive integer")
-    if isc and not 1 <= splits <= num_samples:
-        raise ConfigError("metrics.is_splits", splits, f"must be in [1, {num_samples}] (metrics.num_samples)")
-    if (fid or kid) and reference is None:
-        raise ConfigError("metrics.reference", None, "FID/KID need a reference dataset")
-    if not (isc or fid or kid):
-        raise ConfigError("metrics", "none", "enable at least one of isc, fid, kid")
-    weights = resolve_inception_weights(weights_path, download=download)
+    from dadam3.metrics import fidelity  # imports this module: not at the top
 
-    device = torch.device(device)
+    fidelity.check_metric_args(num_samples, batch_size, isc, fid, kid, splits, reference)
+    weights = fidelity.resolve_feature_extractor_weights(feature_extractor, weights_path, download)
     images = generate_uint8(sample_fn, num_samples, batch_size, seed=seed, device=device)
-
-    import torch_fidelity  # heavy import, only when actually evaluating
-
-    kwargs: dict[str, Any] = dict(
-        input1=UInt8Images(images), isc=isc, fid=fid, kid=kid,
-        cuda=device.type == "cuda", batch_size=batch_size, isc_splits=splits,
-        feature_extractor_weights_path=weights, verbose=False,
-        save_cpu_ram=True,  # in-memory tensors: DataLoader worker processes would only add overhead
-    )
-    if reference is not None and (fid or kid):
-        kwargs.update(input2=reference, input2_cache_name=reference_cache_name)
-        if kid:
-            n_ref = len(reference) if isinstance(reference, Dataset) else num_samples
-            kwargs["kid_subset_size"] = min(1000, num_samples, n_ref)
-    kwargs.update(extra or {})
-    on_device = torch.cuda.device(device) if device.type == "cuda" and device.index is not None \
-        else nullcontext()
-    with on_device:
-        result = torch_fidelity.calculate_metrics(**kwargs)
-    return {_TF_KEYS[k]: float(v) for k, v in result.items() if k in _TF_KEYS}
+    return fidelity.image_fidelity_metrics(
+        images, batch_size, device, feature_extractor=feature_extractor, weights_path=weights,
+        isc=isc, fid=fid, kid=kid, reference=reference, reference_cache_name=reference_cache_name,
+        cache_root=cache_root, splits=splits, download=download, extra=extra)
 
 
 def inception_score(sample_fn: Callable[[int], Tensor], num_samples: int, batch_size: int,
