@@ -6,6 +6,12 @@
   per training run directory holding a ``metrics.jsonl`` (experiment=toy_gaussians).
 * ``is``: inception score against iterations (paper Figs. 2-4), node average solid and
   node-averaged model dashed, one curve per training run directory.
+* ``fidelity``: IS and FID against iterations, the same way.
+* ``summary``: a markdown table (``--out FILE.md``) of each run's last IS / FID / KID (mean ±
+  std over the label's runs), iteration and wall time.
+
+``--run LABEL=DIR1,DIR2,...`` (the same run with several seeds) draws the seeds' mean with
+a band of ± one standard deviation (for ``toy``, ``is`` and ``fidelity``).
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import sys
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -55,21 +62,61 @@ def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
     return [r["iteration"] for r in recs], [float(r[key]) for r in recs]
 
 
-def curves(runs: dict[str, Path], out: Path, panels: list[tuple[str, str, str | None]], title: str) -> None:
-    """One panel per (metric key, y label, optional dashed companion key)."""
+def seed_series(run_dirs: list[Path], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iterations, mean, std) of ``key`` over the runs (seeds), at the iterations all of them logged."""
+    series = [dict(zip(*read_jsonl_metric(d, key))) for d in run_dirs]
+    common = sorted(set.intersection(*(set(s) for s in series))) if series else []
+    values = np.array([[s[i] for i in common] for s in series], dtype=float).reshape(len(series), len(common))
+    return np.array(common), values.mean(axis=0), values.std(axis=0)
+
+
+def curves(runs: dict[str, list[Path]], out: Path, panels: list[tuple[str, str, str | None]], title: str) -> None:
+    """One panel per (metric key, y label, optional dashed companion key); a label with several run
+    directories (seeds) is drawn as their mean with a band of ± one standard deviation."""
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (key, ylabel, dashed) in zip(axes[0], panels):
-        for label, run_dir in runs.items():
-            x, y = read_jsonl_metric(run_dir, key)
-            line, = ax.plot(x, y, marker=".", label=label)
+        for label, run_dirs in runs.items():
+            x, mean, std = seed_series(run_dirs, key)
+            n = f" ({len(run_dirs)} seeds)" if len(run_dirs) > 1 else ""
+            line, = ax.plot(x, mean, marker=".", label=label + n)
+            if len(run_dirs) > 1:
+                ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
             if dashed:
-                x2, y2 = read_jsonl_metric(run_dir, dashed)
-                ax.plot(x2, y2, ls="--", color=line.get_color())
+                x2, mean2, std2 = seed_series(run_dirs, dashed)
+                ax.plot(x2, mean2, ls="--", color=line.get_color())
+                if len(run_dirs) > 1:
+                    ax.fill_between(x2, mean2 - std2, mean2 + std2, color=line.get_color(), alpha=0.1, lw=0)
         ax.set(xlabel="iteration", ylabel=ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(title)
     _save(fig, out)
+
+
+def summary(runs: dict[str, list[Path]], out: Path) -> None:
+    """A markdown table: each label's last evaluation (mean ± std over its runs) and wall time."""
+    from dadam3.run_logging import read_jsonl
+
+    keys = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
+            ("fid_mean", "FID (node mean)"), ("fid_avg_model", "FID (averaged model)"),
+            ("kid_mean", "KID (node mean)")]
+    lines = ["| run | seeds | iteration | " + " | ".join(h for _, h in keys) + " | wall time (s) |",
+             "|" + " --- |" * (len(keys) + 4)]
+    for label, run_dirs in runs.items():
+        cells = []
+        for key, _ in keys:
+            last = [read_jsonl_metric(d, key) for d in run_dirs]
+            vals = np.array([y[-1] for _, y in last if y], dtype=float)
+            cells.append("–" if len(vals) < len(run_dirs) else
+                         f"{vals.mean():.3f}" + (f" ± {vals.std():.3f}" if len(vals) > 1 else ""))
+        ends = [read_jsonl(d / "metrics.jsonl")[-1] for d in run_dirs]
+        its = sorted({r["iteration"] for r in ends})
+        status = "" if all(r.get("status") == "finished" for r in ends) else " (not finished)"
+        wall = np.mean([r.get("time", float("nan")) for r in ends])
+        lines.append(f"| {label} | {len(run_dirs)} | {'/'.join(map(str, its))}{status} | " + " | ".join(cells)
+                     + f" | {wall:.0f} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
 
 
 FIGURES = {
@@ -82,6 +129,11 @@ FIGURES = {
     "is": ("metrics.jsonl", lambda runs, out: curves(
         runs, out, [("is_mean", "inception score", "is_avg_model")],
         "Inception score (solid: mean over nodes, dashed: node-averaged model)")),
+    "fidelity": ("metrics.jsonl", lambda runs, out: curves(
+        runs, out, [("is_mean", "IS (higher is better)", "is_avg_model"),
+                    ("fid_mean", "FID (lower is better)", "fid_avg_model")],
+        "IS and FID (solid: mean over nodes, dashed: node-averaged model; bands: ± 1 std over seeds)")),
+    "summary": ("metrics.jsonl", summary),
 }
 
 
@@ -95,11 +147,14 @@ def main(argv=None) -> None:
     needs, draw = FIGURES[a.figure]
     runs = {}
     for spec in a.run:
-        label, _, d = spec.partition("=")
-        if not d or not (Path(d) / needs).is_file():
-            print(f"error: --run={spec}: expected LABEL=DIR with DIR/{needs}", file=sys.stderr)
+        label, _, dirs = spec.partition("=")
+        paths = [Path(d) for d in dirs.split(",") if d]
+        if not paths or not all((d / needs).is_file() for d in paths):
+            print(f"error: --run={spec}: expected LABEL=DIR[,DIR...] with DIR/{needs}", file=sys.stderr)
             sys.exit(2)
-        runs[label] = Path(d)
+        runs[label] = paths
+    if a.figure == "fig1":
+        runs = {label: dirs[0] for label, dirs in runs.items()}
     draw(runs, a.out)
     print(f"wrote {a.out}")
 

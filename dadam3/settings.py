@@ -23,7 +23,9 @@ from dadam3.optim import optimizer_spec
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 LOGGER_KINDS = ("jsonl", "wandb")
 WANDB_MODES = ("online", "offline", "disabled")
-POINT_DATASETS = ("gaussians",)          # 2-D points (model=mlp); every other data set is images
+POINT_DATASETS = ("gaussians",)
+# metrics.feature_extractor -> torch-fidelity's registered name
+FEATURE_EXTRACTORS = {"inception": "inception-v3-compat", "fmnist_classifier": "dadam3-fmnist-classifier"}          # 2-D points (model=mlp); every other data set is images
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -79,10 +81,18 @@ class MetricsSettings:
     every: int                       # evaluation period (0: never)
     samples: int
     batch_size: int
-    inception: bool
+    inception: bool                  # IS
     inception_weights: str | None
     download_weights: bool
     per_node: bool
+    fid: bool = False
+    kid: bool = False
+    feature_extractor: str = "inception"     # a key of FEATURE_EXTRACTORS
+    cache_dir: str | None = None
+
+    @property
+    def any_image_metric(self) -> bool:
+        return self.inception or self.fid or self.kid
 
 
 @dataclass(frozen=True)
@@ -150,7 +160,13 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
                               inception=check_bool("metrics.inception", m["inception"]),
                               inception_weights=m.get("inception_weights"),
                               download_weights=check_bool("metrics.download_weights", m["download_weights"]),
-                              per_node=check_bool("metrics.per_node", m["per_node"]))
+                              per_node=check_bool("metrics.per_node", m["per_node"]),
+                              fid=check_bool("metrics.fid", m.get("fid", False)),
+                              kid=check_bool("metrics.kid", m.get("kid", False)),
+                              feature_extractor=check_choice("metrics.feature_extractor",
+                                                             m.get("feature_extractor", "inception"),
+                                                             tuple(FEATURE_EXTRACTORS)),
+                              cache_dir=m.get("cache_dir"))
     loop = LoopSettings(iterations=check_int("iterations", c["iterations"], 1),
                         batch_size=check_int("batch_size", c["batch_size"], 1),
                         n_critic=check_int("n_critic", c["n_critic"], 1),

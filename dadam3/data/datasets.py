@@ -60,7 +60,7 @@ MIN_IMAGE_SIZE = 8
 # extra keyword options each dataset accepts (anything else is a ConfigError)
 OPTIONS: dict[str, tuple[str, ...]] = {
     "mnist": (),
-    "fashion_mnist": (),
+    "fashion_mnist": ("split",),
     "cifar10": (),
     "cifar100": (),
     "celeba": ("split", "crop", "workers"),
@@ -146,7 +146,7 @@ def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorIma
 FASHION_MNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
 
 
-def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, split: str | None = None) -> TensorImages:
     """Fashion-MNIST (Xiao, Rasul, Vollgraf 2017) from ``root/FashionMNIST/raw`` or ``root``.
 
     torchvision's ``datasets.FashionMNIST`` reads only uncompressed files under
@@ -155,8 +155,11 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool) -> T
     :func:`~dadam3.data.idx.read_idx` (gzip + numpy). Nothing is ever written into ``root``,
     which may be read-only. torchvision's class is used only to download
     (``download=True`` and no files found), into its own layout. The images go through the
-    same :func:`_resize_uint8` as MNIST.
+    same :func:`_resize_uint8` as MNIST. ``split`` (``train`` | ``test``) overrides ``train``
+    (smoke runs train on the committed 1000 test images).
     """
+    if split is not None:
+        train = check_choice("dataset.split", split, ("train", "test")) == "train"
     prefix = "train" if train else "t10k"
     names = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
     tv_raw = root / "FashionMNIST" / "raw"

@@ -34,6 +34,16 @@ from dadam3.data.partition import PARTITIONS, dirichlet_shards, split_shards
 STATE_FORMAT = "dadam3.NodeSampler/1"
 
 
+def node_seed(seed: int, node: int, stream: int = 0) -> int:
+    """The seed of node ``node``'s random stream number ``stream`` (0: its data order) in a run with
+    seed ``seed``: independent of how many nodes there are and of how they are spread over
+    processes. Stream 0 is child ``node + 1`` of ``SeedSequence(seed)`` (child 0 draws the
+    partition); other streams are children of ``SeedSequence([seed, stream])``."""
+    parent = np.random.SeedSequence(seed if stream == 0 else [seed, stream])
+    child = np.random.SeedSequence(parent.entropy, spawn_key=(node + 1 if stream == 0 else node,))
+    return int(child.generate_state(1, np.uint64)[0])
+
+
 class NodeSampler:
     """Serves ``[M, B, *item_shape]`` batches (one mini-batch for each of M nodes) on ``device``.
 
@@ -66,8 +76,7 @@ class NodeSampler:
         self.dataset = dataset.to(self.device) if callable(getattr(dataset, "to", None)) else dataset
 
         seeds = np.random.SeedSequence(self.seed).spawn(self.nodes + 1)
-        self._generators = [torch.Generator().manual_seed(int(s.generate_state(1, np.uint64)[0]))
-                            for s in seeds[1:]]
+        self._generators = [torch.Generator().manual_seed(node_seed(self.seed, i)) for i in range(self.nodes)]
         self.length: int | None = None
         self.shards: list[Tensor] | None = None        # None: every node sees the whole set
         self.shard_sizes: list[int] = []

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from dadam3.checkpoint import atomic_save, capture_rng_state, checkpoint_path, restore_rng_state
+from dadam3.data.node_sampler import node_seed
 from dadam3.errors import Diverged, RunStopped
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
@@ -34,6 +35,7 @@ from dadam3.run_logging import progress
 from dadam3.settings import LoopSettings
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
+NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
 CHECKPOINT_KIND = "dadam3.train/1"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -75,7 +77,7 @@ class WGANTrainer:
                  run_dir: Path, logger, device: torch.device, dtype: torch.dtype,
                  sample: Callable[[StackedNet, int], None] | None = None,
                  evaluate: Callable[[StackedNet, int], dict] | None = None, config: dict | None = None,
-                 run_dir_lock=None):
+                 run_dir_lock=None, node_ids: list[int] | None = None):
         self.G, self.D, self.opt_g, self.opt_d = G, D, opt_g, opt_d
         self.sampler, self.s, self.run_dir, self.logger = sampler, settings, Path(run_dir), logger
         self.device, self.dtype = device, dtype
@@ -83,7 +85,11 @@ class WGANTrainer:
         self.nz = G.in_shape[0]
         self.M = G.num_nodes
         self.mixer = opt_g.mixer
-        self.noise = torch.Generator(device=device).manual_seed(settings.seed + 1)
+        # every node draws its noise z and interpolation weights eps from its own stream, seeded
+        # from (seed, node index), so results do not depend on how nodes are spread over processes
+        self.node_ids = list(range(self.M)) if node_ids is None else list(node_ids)
+        self.noise = [torch.Generator(device=device).manual_seed(node_seed(settings.seed, i, NOISE_STREAM))
+                      for i in self.node_ids]
         self.state = TrainState()
         self.config = config
         self.run_dir_lock = run_dir_lock        # held until the run ends (dadam3.run_dir.RunDir)
@@ -93,9 +99,13 @@ class WGANTrainer:
     def _draw(self):
         M, B = self.M, self.s.batch_size
         real = self.sampler.next_batch().to(self.dtype)
-        z = torch.randn(M, B, self.nz, generator=self.noise, device=self.device, dtype=self.dtype)
-        eps = torch.rand(M, B, generator=self.noise, device=self.device, dtype=self.dtype)
+        z = self._noise(lambda g: torch.randn(B, self.nz, generator=g, device=self.device, dtype=self.dtype))
+        eps = self._noise(lambda g: torch.rand(B, generator=g, device=self.device, dtype=self.dtype))
         return real, z, eps
+
+    def _noise(self, draw: Callable[[torch.Generator], torch.Tensor]) -> torch.Tensor:
+        """``[M, ...]``: row i drawn from node i's own generator."""
+        return torch.stack([draw(g) for g in self.noise])
 
     def train_step(self) -> dict[str, torch.Tensor]:
         """One iteration; returns per-node values [M] (of the last critic step and the generator)."""
@@ -110,8 +120,8 @@ class WGANTrainer:
             out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self._check_finite(out)
             self.opt_d.step()
-        z = torch.randn(self.M, self.s.batch_size, self.nz, generator=self.noise, device=self.device,
-                        dtype=self.dtype)
+        z = self._noise(lambda g: torch.randn(self.s.batch_size, self.nz, generator=g, device=self.device,
+                                              dtype=self.dtype))
         g_out = generator_step(self.G, self.D, z)
         self._check_finite(g_out)
         out["loss_g"] = g_out["loss_g"]
@@ -246,7 +256,7 @@ class WGANTrainer:
             "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
             "bytes_sent": None if self.mixer is None else self.mixer.bytes_sent.copy(),
             "sampler": self.sampler.state_dict(),
-            "noise": self.noise.get_state(),
+            "noise": [g.get_state() for g in self.noise],
             "rng": capture_rng_state(),
             "wandb_run_id": next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")),
                                  None),
@@ -265,7 +275,8 @@ class WGANTrainer:
         if self.mixer is not None and ckpt["bytes_sent"] is not None:
             self.mixer.bytes_sent[:] = ckpt["bytes_sent"]
         self.sampler.load_state_dict(ckpt["sampler"])
-        self.noise.set_state(ckpt["noise"])
+        for g, state in zip(self.noise, ckpt["noise"]):
+            g.set_state(state)
         restore_rng_state(ckpt["rng"])
         self.state = TrainState(iteration=ckpt["iteration"], elapsed=ckpt["elapsed"],
                                 window={k: v.to(self.device) for k, v in ckpt["window"].items()},
