@@ -5,12 +5,16 @@ rounds) along the leading node axis of each tensor::
 
     X[i] <- sum_j (W^t)[i, j] X[j]          (stacked: X <- W^t @ X)
 
-``LocalMixer`` holds all M nodes in one process (the simulator) and does one matmul
-per tensor, written straight into its destination. A ``torch.distributed`` mixer with the same
-interface exchanges the rows with neighbours instead.
+Two mixers share this interface:
 
-Both count the bytes each node sends: per gossip round, node i sends its whole
-buffer to every out-neighbour j != i with W[j, i] > 0.
+* ``LocalMixer`` (here) holds all M nodes in one process (the simulator) and does one
+  matmul per tensor, written straight into its destination.
+* ``DistributedMixer`` (``dadam3.distributed``) runs under torch.distributed: each rank
+  holds a contiguous block of nodes, its tensors are those rows only (``[local_nodes, ...]``),
+  and every gossip round sends rows point to point to the ranks holding neighbours.
+
+Both count the bytes each node sends, identically: per gossip round, node i sends its
+whole buffer to every out-neighbour j != i with W[j, i] > 0.
 
 On CUDA the gossip matmul always runs in IEEE float32, whatever TF32 setting the rest of
 the run uses: TF32 keeps 10 mantissa bits, so every mix would move each parameter by
@@ -25,16 +29,51 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from dadam3.topology import Topology, build_topology
+from dadam3.topology import Topology
 
 
 class Mixer:
     """Interface: ``mix(tensors, k, out=None) -> list of mixed tensors`` (inputs are not
-    modified; ``out``, if given, receives the results and must not alias the inputs)."""
+    modified; ``out``, if given, receives the results and must not alias the inputs).
 
-    nodes: int              # M, all nodes of the run
-    local_nodes: int        # the rows this process holds (all M in the simulator)
+    Attributes: ``topology``; ``nodes`` (M, all nodes); ``local_nodes`` (the leading size
+    of the tensors this process mixes: M for the simulator, its block's size for a rank);
+    ``bytes_sent`` ([M] float64, cumulative bytes sent by each node, the same array in
+    every process). Round r = 0..t-1 of iteration k applies the schedule's matrix number
+    ``(k-1) t + r`` (mod its period): the order of ``Topology.operator(k)``.
+    """
+
+    topology: Topology
+    nodes: int
+    local_nodes: int
     bytes_sent: np.ndarray  # [M] cumulative bytes sent by each node
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.nodes = topology.nodes
+        self.local_nodes = topology.nodes
+        self.bytes_sent = np.zeros(self.nodes, dtype=np.float64)
+        self._out_degree: dict[int, np.ndarray] = {}
+
+    def _round_phases(self, k: int) -> list[int]:
+        """Schedule index of each gossip round of iteration k (0 for a static W)."""
+        topo = self.topology
+        if not topo.time_varying:
+            return [0] * topo.rounds
+        return [((k - 1) * topo.rounds + r) % topo.period for r in range(topo.rounds)]
+
+    def _round_matrix(self, phase: int) -> np.ndarray:
+        topo = self.topology
+        return topo.matrix(phase) if topo.time_varying else topo.static_W
+
+    def _count_bytes(self, k: int, nbytes_per_node: int) -> None:
+        """bytes_sent[i] += (out-degree of i in each round) x bytes of one node's rows."""
+        for phase in self._round_phases(k):
+            if phase not in self._out_degree:
+                W = self._round_matrix(phase)
+                off = (W > 0) & ~np.eye(self.nodes, dtype=bool)
+                self._out_degree[phase] = off.sum(axis=0).astype(np.float64)
+            self.bytes_sent += self._out_degree[phase] * nbytes_per_node
 
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
             out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
@@ -45,11 +84,8 @@ class LocalMixer(Mixer):
     """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor."""
 
     def __init__(self, topology: Topology):
-        self.topology = topology
-        self.nodes = self.local_nodes = topology.nodes
-        self.bytes_sent = np.zeros(self.nodes, dtype=np.float64)
+        super().__init__(topology)
         self._ops: dict[tuple, torch.Tensor] = {}
-        self._out_degree: dict[int, np.ndarray] = {}
         self.identity = self.nodes == 1
 
     def operator(self, k: int, device, dtype) -> torch.Tensor:
@@ -58,17 +94,6 @@ class LocalMixer(Mixer):
         if key not in self._ops:
             self._ops[key] = torch.as_tensor(self.topology.operator(k), device=device, dtype=dtype)
         return self._ops[key]
-
-    def _count_bytes(self, k: int, nbytes_per_node: int) -> None:
-        topo = self.topology
-        for r in range(topo.rounds):
-            kk = (k - 1) * topo.rounds + r if topo.time_varying else 0
-            phase = kk % topo.period
-            if phase not in self._out_degree:
-                W = topo.matrix(phase) if topo.time_varying else topo.static_W
-                off = (W > 0) & ~np.eye(self.nodes, dtype=bool)
-                self._out_degree[phase] = off.sum(axis=0).astype(np.float64)
-            self.bytes_sent += self._out_degree[phase] * nbytes_per_node
 
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
             out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:

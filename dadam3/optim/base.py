@@ -1,7 +1,9 @@
 """Machinery shared by every optimizer: node-stacked parameters, the mixer, the sign
 convention and the loop contract.
 
-* Every parameter is a tensor ``[M, ...]``: row i is node i's copy.
+* Every parameter is a tensor ``[M, ...]``: row i is node i's copy. Under
+  torch.distributed a rank holds only its block of rows, ``[mixer.local_nodes, ...]``;
+  the updates are element-wise, so only the mixer knows the difference.
 * The min-max convention is the paper's: the operator is
   ``G = [grad_theta f, -grad_alpha f]`` and every player descends along it. A
   parameter group with ``maximize=True`` holds maximising players: its ``.grad`` is
@@ -69,10 +71,13 @@ class NodeOptimizer(torch.optim.Optimizer):
         self.mixer = mixer
         self.k = 0
         if mixer is not None:
+            # the nodes this process holds: all M, or a rank's block under DistributedMixer
+            n = mixer.local_nodes
+            size = f"nodes={n}" if n == mixer.nodes else f"{n} (this rank's block of nodes={mixer.nodes})"
             for p in self._params():
-                if p.shape[0] != mixer.local_nodes:
+                if p.shape[0] != n:
                     raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading node axis "
-                                     f"of size {mixer.local_nodes} (the nodes this process holds)")
+                                     f"of size {size}")
 
     def set_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Set hyper-parameters in every group (checked as in the constructor), e.g. a lower lr
