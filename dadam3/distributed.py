@@ -389,3 +389,110 @@ def _rows(rows: np.ndarray):
     if rows[-1] - rows[0] + 1 == len(rows):
         return slice(int(rows[0]), int(rows[-1]) + 1)
     return torch.as_tensor(rows, dtype=torch.long)
+
+
+# ---------------------------------------------------------------- where the nodes of a run live
+
+class Placement:
+    """Where the M nodes of a run live: all in this process (the simulator, ``info=None``), or
+    rank r of a torch.distributed group holding ``node_blocks(M, R)[r]``. The trainer moves
+    per-node values through it: records are gathered to every rank, states and nets to rank 0
+    (which logs, samples, evaluates and writes checkpoints), and every decision that ends or
+    steers the loop (a NaN on some node, a stop signal) is agreed by all ranks. On one
+    process each method returns its argument."""
+
+    def __init__(self, nodes: int, info: ProcessGroupInfo | None = None):
+        self.nodes = nodes
+        self.distributed = info is not None
+        self.rank, self.world_size = (info.rank, info.world_size) if info is not None else (0, 1)
+        self.blocks = node_blocks(nodes, self.world_size)
+        self.block = self.blocks[self.rank]
+        self.is_main = self.rank == 0
+        self._device = info.device if info is not None and info.backend == "nccl" else torch.device("cpu")
+        self.timeout_s = info.timeout_s if info is not None else None
+
+    def _collective(self, name: str, fn: Callable, *args, **kwargs) -> None:
+        """A collective; a peer that died or hung (the group's timeout) becomes DistributedTimeout."""
+        try:
+            fn(*args, **kwargs)
+        except (RuntimeError, dist.DistError) as e:
+            raise DistributedTimeout(f"rank {self.rank}: {name} failed: a peer died or hung for longer than "
+                                     f"timeout_s={self.timeout_s:g} ({_first_line(e)})", self.rank, [],
+                                     self.timeout_s) from None
+
+    def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """This rank's rows ``[|block|, ...]`` -> all M rows ``[M, ...]`` (CPU), on every rank."""
+        if not self.distributed:
+            return t
+        parts = [None] * self.world_size
+        self._collective("all_gather_object", dist.all_gather_object, parts, t.detach().cpu())
+        return torch.cat(parts)
+
+    def gather_to_main(self, obj: Any) -> list | None:
+        """Every rank's ``obj`` in rank order on rank 0 (None elsewhere)."""
+        if not self.distributed:
+            return [obj]
+        parts = [None] * self.world_size if self.is_main else None
+        self._collective("gather_object", dist.gather_object, obj, parts, dst=0)
+        return parts
+
+    def all_objects(self, obj: Any) -> list:
+        if not self.distributed:
+            return [obj]
+        parts = [None] * self.world_size
+        self._collective("all_gather_object", dist.all_gather_object, parts, obj)
+        return parts
+
+    def agree_max(self, values: Sequence[int]) -> list[int]:
+        """Element-wise maximum of ``values`` over the ranks (one small all-reduce)."""
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(list(values), dtype=torch.int64, device=self._device)
+        self._collective("all_reduce", dist.all_reduce, t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if not self.distributed:
+            return t
+        t = t.to(self._device).clone()
+        self._collective("all_reduce", dist.all_reduce, t)
+        return t
+
+    def from_main(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        self._collective("broadcast_object_list", dist.broadcast_object_list, box, src=0)
+        return box[0]
+
+
+def stack_node_states(parts: Sequence[Any]) -> Any:
+    """Merge the per-rank pieces of a state (rank order): tensors with a leading node axis are
+    concatenated along it, dicts merged key by key, lists of per-node items concatenated,
+    anything else taken from rank 0."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(parts)) if first.dim() > 0 else first
+    if isinstance(first, dict):
+        if any(p.keys() != first.keys() for p in parts):      # keyed by node: each rank has its own keys
+            return {k: v for p in parts for k, v in p.items()}
+        return {k: stack_node_states([p[k] for p in parts]) for k in first}
+    if isinstance(first, NodeList):
+        return NodeList(item for p in parts for item in p)
+    return first
+
+
+def node_rows(state: Any, block: range) -> Any:
+    """The inverse of :func:`stack_node_states`: this block's rows of a full state."""
+    if isinstance(state, torch.Tensor):
+        return state[block.start:block.stop] if state.dim() > 0 else state
+    if isinstance(state, dict):
+        return {k: node_rows(v, block) for k, v in state.items()}
+    if isinstance(state, NodeList):
+        return NodeList(state[block.start:block.stop])
+    return state
+
+
+class NodeList(list):
+    """A list with one item per node (e.g. the nodes' generator states)."""

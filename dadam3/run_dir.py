@@ -35,7 +35,8 @@ LOCK_FILE = ".lock"
 # dotted keys (or prefixes ending in ".") that may differ between a checkpoint and its resume
 CHANGEABLE = ("optimizer.", "iterations", "log_every", "sample_every", "checkpoint_every", "n_critic",
               "gp_lambda", "metrics.", "logger.", "progress", "threads", "prefetch", "device", "cuda.",
-              "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers")
+              "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers", "backend",
+              "distributed.")
 NOT_CHANGEABLE = ("optimizer.name",)
 
 
@@ -143,3 +144,25 @@ def on_logging_grid(iteration: int, config: Mapping[str, Any]) -> bool:
     only because it was its last)."""
     every = (config.get("metrics") or {}).get("every") or 0
     return iteration % config["log_every"] == 0 or bool(every and iteration % every == 0)
+
+
+def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool,
+                  placement) -> RunDir:
+    """:func:`open_run_dir` on rank 0 (the one writer); under torch.distributed the other ranks
+    receive its directory, checkpoint and changes, or its error, so every rank stops alike."""
+    rd, error = None, None
+    if placement.is_main:
+        try:
+            rd = open_run_dir(run_dir, resume, config, overwrite)
+        except ConfigError as e:
+            error = e
+    if placement.distributed:
+        payload = None if not placement.is_main else error if error is not None else (rd.path, rd.checkpoint, rd.changed)
+        shared = placement.from_main(payload)
+        if isinstance(shared, ConfigError):
+            error = shared
+        elif not placement.is_main:
+            rd = RunDir(*shared)
+    if error is not None:
+        raise error
+    return rd

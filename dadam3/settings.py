@@ -113,6 +113,9 @@ class LoopSettings:
 @dataclass(frozen=True)
 class TrainSettings:
     nodes: int
+    backend: str                     # local | distributed
+    distributed_backend: str         # auto | gloo | nccl
+    distributed_timeout_s: float
     seed: int
     device: torch.device
     dtype: torch.dtype
@@ -177,8 +180,12 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
                         eval_every=metrics.every, seed=seed,
                         progress=check_bool("progress", c["progress"]))
     threads = c.get("threads")
+    dist_cfg = c.get("distributed") or {}
     return TrainSettings(
-        nodes=nodes, seed=seed, device=resolve_device(c["device"]),
+        nodes=nodes, seed=seed, backend=check_choice("backend", c.get("backend", "local"), ("local", "distributed")),
+        distributed_backend=check_choice("distributed.backend", dist_cfg.get("backend", "auto"), ("auto", "gloo", "nccl")),
+        distributed_timeout_s=check_range("distributed.timeout_s", dist_cfg.get("timeout_s", 300), 0.0, None,
+                                          low_open=True), device=resolve_device(c["device"]),
         dtype=DTYPES[check_choice("dtype", c["dtype"], tuple(DTYPES))],
         threads=None if threads is None else check_int("threads", threads, 1),
         prefetch=check_bool("prefetch", c.get("prefetch", False)),

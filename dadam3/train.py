@@ -14,6 +14,7 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -26,52 +27,53 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.errors import exit_on_config_error
 from dadam3.gan.samples import sample_hook
-from dadam3.gan.stacked import build_stacked_nets
+from dadam3.distributed import DistributedMixer, Placement, exit_on_peer_failure, init_from_env, shutdown
+from dadam3.gan.stacked import StackedNet, build_stacked_nets
 from dadam3.gan.trainer import WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.optim import build_optimizer, mixer_for
-from dadam3.run_dir import on_logging_grid, open_run_dir
-from dadam3.run_logging import build_logger
+from dadam3.mixing import LocalMixer
+from dadam3.run_dir import claim_run_dir, on_logging_grid
+from dadam3.run_logging import NullLogger, build_logger
 from dadam3.settings import TrainSettings, train_settings
 
 log = logging.getLogger(__name__)
 
 
 def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
-    """Data, nets, optimizers, logger and hooks from the settings; resumes if asked."""
-    if s.device.type == "cuda":
+    """Data, nets, optimizers, logger and hooks from the settings; resumes if asked. With
+    ``backend=distributed`` this process holds its rank's block of the M nodes."""
+    placement, device, make_mixer = Placement(s.nodes), s.device, LocalMixer
+    if s.backend == "distributed":
+        info = init_from_env(s.distributed_backend, s.distributed_timeout_s)
+        placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
+        device = info.device if info.backend == "nccl" else device
+    if device.type == "cuda":
         log.info("CUDA: %s", set_cuda_flags(s.cuda_tf32, s.cuda_cudnn_benchmark))
     if s.threads is not None:
         torch.set_num_threads(s.threads)
     o, t, d = s.optimizer, s.topology, s.data
-    mixer = mixer_for(o.name, s.nodes, t.name, t.rounds, **t.options)
-    rd = open_run_dir(run_dir, s.resume, s.config, s.overwrite)
+    mixer = mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
+    rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
     run_dir, ckpt = rd.path, rd.checkpoint
 
     torch.manual_seed(s.seed)
     dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True, **d.options)
     sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
-                          seed=s.seed, device=s.device, prefetch=s.prefetch)
+                          seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
-    G, D = build_stacked_nets(s.model.arch, s.nodes, **s.model.options, **image_shape)
-    G, D = G.to(device=s.device, dtype=s.dtype), D.to(device=s.device, dtype=s.dtype)
+    G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
+    G, D = G.to(device=device, dtype=s.dtype), D.to(device=device, dtype=s.dtype)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, **o.hparams)
 
     nz = G.in_shape[0]
-    evaluate = evaluation_hook(dataset, s.metrics, nz, s.seed, s.device, s.dtype)   # checks weights before the log
-    lg = s.logger
-    wandb = None if lg.kind != "wandb" else dict(
-        project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode, name=lg.name,
-        config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
-    logger = build_logger(run_dir / "metrics.jsonl", wandb=wandb,
-                          resume_from_iteration=None if ckpt is None else ckpt["iteration"],
-                          drop_record_at_resume_point=ckpt is not None and not on_logging_grid(ckpt["iteration"],
-                                                                                               ckpt["config"]))
-    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run_dir, logger, s.device, s.dtype,
-                          sample=sample_hook(dataset, nz, s.seed, s.device, s.dtype, run_dir / "samples", logger),
-                          evaluate=evaluate,
-                          config=dict(s.config), run_dir_lock=rd)
+    evaluate = evaluation_hook(dataset, s.metrics, nz, s.seed, device, s.dtype)   # checks weights before the log
+    logger = _logger(s, run_dir, ckpt) if placement.is_main else NullLogger()
+    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run_dir, logger, device, s.dtype,
+                          sample=sample_hook(dataset, nz, s.seed, device, s.dtype, run_dir / "samples", logger),
+                          evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
+                          full_G=StackedNet.replicate(G.node_module(0), s.nodes) if placement.is_main else None)
     if ckpt is not None:
         trainer.load_checkpoint(ckpt)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
@@ -80,12 +82,27 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     return trainer
 
 
+def _logger(s: TrainSettings, run_dir: Path, ckpt: dict | None):
+    """metrics.jsonl (rewound to the checkpoint when resuming) and, with logger=wandb, wandb."""
+    lg = s.logger
+    wandb = None if lg.kind != "wandb" else dict(
+        project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode, name=lg.name,
+        config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
+    return build_logger(run_dir / "metrics.jsonl", wandb=wandb,
+                        resume_from_iteration=None if ckpt is None else ckpt["iteration"],
+                        drop_record_at_resume_point=ckpt is not None and not on_logging_grid(ckpt["iteration"],
+                                                                                             ckpt["config"]))
+
+
+@exit_on_peer_failure
 @exit_on_config_error
 def run(cfg: DictConfig, run_dir: Path) -> None:
     trainer = build_trainer(train_settings(cfg), run_dir)
-    (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
+    if trainer.placement.is_main:
+        (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
     trainer.fit()
     trainer.finish()
+    shutdown()
     log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(), trainer.run_dir)
 
 

@@ -421,7 +421,8 @@ def same_state(a: dict, b: dict) -> bool:
     head = {k: v for k, v in a.items() if k != "streams"} == {k: v for k, v in b.items() if k != "streams"}
     return head and all(x.keys() == y.keys() and all(torch.equal(x[k], y[k]) if torch.is_tensor(x[k])
                                                      else x[k] == y[k] for k in x)
-                        for x, y in zip(a["streams"], b["streams"], strict=True))
+                        for x, y in zip(a["streams"].values(), b["streams"].values(), strict=True)) \
+        and list(a["streams"]) == list(b["streams"])
 
 
 def test_sampler_prefetch_same_batches_and_resume() -> None:
@@ -472,3 +473,18 @@ def test_sampler_partition_needs_what_it_needs() -> None:
     with pytest.raises(ConfigError, match="infinite") as err:
         NodeSampler(GaussianRing(), nodes=2, batch_size=4, partition="split")
     assert err.value.key == "dataset.partition"
+
+
+def test_sampler_node_streams_do_not_depend_on_which_nodes_a_process_serves():
+    """A rank serving nodes 2..4 of 5 draws exactly the batches those nodes draw in one process,
+    for every partition, and the per-node states merge into a full one."""
+    ds = FakeImages(length=40, image_size=8)
+    for partition in ("iid", "split", "dirichlet"):
+        full = NodeSampler(ds, nodes=5, batch_size=3, partition=partition, seed=4)
+        part = NodeSampler(ds, nodes=5, batch_size=3, partition=partition, seed=4, node_ids=[2, 3, 4])
+        rest = NodeSampler(ds, nodes=5, batch_size=3, partition=partition, seed=4, node_ids=[0, 1])
+        for _ in range(9):
+            assert torch.equal(full.next_indices()[2:], part.next_indices())
+            rest.next_indices()
+        merged = {**rest.state_dict(), "streams": {**rest.state_dict()["streams"], **part.state_dict()["streams"]}}
+        assert same_state(full.state_dict(), merged)

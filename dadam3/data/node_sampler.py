@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -59,12 +59,17 @@ class NodeSampler:
         device: where batches are returned; in-memory datasets are moved there once.
         prefetch: fetch the next batch in a background thread while the caller trains
             (useful for datasets that decode files). Batches and resume are unchanged.
+        node_ids: the nodes this process serves (a rank's block under torch.distributed;
+            default all M). Shards are cut for all M nodes, and node i's batches do not
+            depend on which other nodes are served.
     """
 
     def __init__(self, dataset: Any, nodes: int, batch_size: int, partition: str = "iid",
                  alpha: float = 0.5, seed: int = 0, device: torch.device | str = "cpu",
-                 prefetch: bool = False):
-        self.nodes = check_int("nodes", nodes, 1)
+                 prefetch: bool = False, node_ids: Sequence[int] | None = None):
+        self.total_nodes = check_int("nodes", nodes, 1)
+        self.node_ids = list(range(self.total_nodes)) if node_ids is None else [int(i) for i in node_ids]
+        self.nodes = len(self.node_ids)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.partition = check_choice("dataset.partition", partition, PARTITIONS)
         self.alpha = (check_range("dataset.alpha", alpha, 0.0, None, low_open=True)
@@ -76,7 +81,7 @@ class NodeSampler:
         self.dataset = dataset.to(self.device) if callable(getattr(dataset, "to", None)) else dataset
 
         seeds = np.random.SeedSequence(self.seed).spawn(self.nodes + 1)
-        self._generators = [torch.Generator().manual_seed(node_seed(self.seed, i)) for i in range(self.nodes)]
+        self._generators = [torch.Generator().manual_seed(node_seed(self.seed, i)) for i in self.node_ids]
         self.length: int | None = None
         self.shards: list[Tensor] | None = None        # None: every node sees the whole set
         self.shard_sizes: list[int] = []
@@ -88,14 +93,18 @@ class NodeSampler:
         else:
             self.length = len(dataset)
             self.shards = self._make_shards(np.random.default_rng(seeds[0]))
+            self._shards_sha1 = self._fingerprint()
+            if self.shards is not None:
+                self.shards = [self.shards[i] for i in self.node_ids]
             self.shard_sizes = ([self.length] * self.nodes if self.shards is None
                                 else [len(s) for s in self.shards])
-        for i, size in enumerate(self.shard_sizes):
+        for i, size in zip(self.node_ids, self.shard_sizes):
             if size < self.batch_size:
                 raise ConfigError("batch_size", batch_size,
                                   f"node {i} holds only {size} samples (partition={self.partition}, "
                                   f"{self.length} in the dataset); batch_size must be <= the smallest shard")
-        self._shards_sha1 = self._fingerprint()
+        if self.infinite:
+            self._shards_sha1 = self._fingerprint()
 
         self._epoch = [-1] * self.nodes
         self._pos = [0] * self.nodes
@@ -113,17 +122,17 @@ class NodeSampler:
         if self.partition == "iid":
             return None
         if self.partition == "split":
-            return split_shards(self.length, self.nodes, rng)
+            return split_shards(self.length, self.total_nodes, rng)
         labels = getattr(self.dataset, "labels", None)
         if labels is None:
             raise ConfigError("dataset.partition", "dirichlet",
                               f"needs class labels and dataset {getattr(self.dataset, 'name', '?')} "
                               "has none; use iid or split")
-        return dirichlet_shards(torch.as_tensor(labels).cpu().numpy(), self.nodes, self.alpha, rng,
+        return dirichlet_shards(torch.as_tensor(labels).cpu().numpy(), self.total_nodes, self.alpha, rng,
                                 min_size=self.batch_size)
 
     def _fingerprint(self) -> str:
-        h = hashlib.sha1(f"{self.partition}|{self.length}|{self.nodes}".encode())
+        h = hashlib.sha1(f"{self.partition}|{self.length}|{self.total_nodes}".encode())
         for shard in self.shards or []:
             h.update(shard.numpy().astype(np.int64).tobytes())
             h.update(b"|")
@@ -195,24 +204,26 @@ class NodeSampler:
 
     # ------------------------------------------------------------------ resume
     def _raw_state(self) -> dict[str, Any]:
-        streams = []
-        for i, gen in enumerate(self._generators):
+        streams = {}
+        for i, (node, gen) in enumerate(zip(self.node_ids, self._generators)):
             if self.infinite:
-                streams.append({"rng": gen.get_state()})
+                streams[node] = {"rng": gen.get_state()}
             else:   # epoch-start state is never mutated in place, so sharing it is safe
-                streams.append({"rng": self._epoch_rng[i], "epoch": self._epoch[i], "pos": self._pos[i]})
+                streams[node] = {"rng": self._epoch_rng[i], "epoch": self._epoch[i], "pos": self._pos[i]}
         return {"format": STATE_FORMAT, **self._identity(), "streams": streams}
 
     def _identity(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "batch_size": self.batch_size, "partition": self.partition,
+        return {"nodes": self.total_nodes, "batch_size": self.batch_size, "partition": self.partition,
                 "alpha": self.alpha if self.partition == "dirichlet" else None, "seed": self.seed,
                 "length": self.length, "shards_sha1": self._shards_sha1}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything that determines future batches (torch.save-able, a few KB per node)."""
+        """Everything that determines future batches (torch.save-able, a few KB per node);
+        ``streams`` maps each served node's index to its stream's state, so the states of
+        several processes' samplers merge into one (``{**a["streams"], **b["streams"]}``)."""
         state = self._consumed_state if self._pending is not None else self._raw_state()
-        return {**state, "streams": [{k: (v.clone() if isinstance(v, Tensor) else v) for k, v in s.items()}
-                                     for s in state["streams"]]}
+        return {**state, "streams": {node: {k: (v.clone() if isinstance(v, Tensor) else v) for k, v in s.items()}
+                                     for node, s in state["streams"].items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue exactly where the sampler that wrote ``state`` stopped.
@@ -228,7 +239,12 @@ class NodeSampler:
                                   f"does not match this sampler ({mine}); resume with the same data settings")
         self._drop_pending()
         self._consumed_state = None
-        for i, (gen, s) in enumerate(zip(self._generators, state["streams"])):
+        streams = state["streams"]
+        missing = [node for node in self.node_ids if node not in streams]
+        if missing:
+            raise ConfigError("sampler_state.streams", sorted(streams), f"holds no stream of node(s) {missing}")
+        for i, (gen, node) in enumerate(zip(self._generators, self.node_ids)):
+            s = streams[node]
             gen.set_state(s["rng"].clone())
             if not self.infinite:
                 self._epoch[i] = s["epoch"] - 1

@@ -27,6 +27,7 @@ import torch
 
 from dadam3.checkpoint import atomic_save, capture_rng_state, checkpoint_path, restore_rng_state
 from dadam3.data.node_sampler import node_seed
+from dadam3.distributed import NodeList, Placement, node_rows, stack_node_states
 from dadam3.errors import Diverged, RunStopped
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
@@ -35,6 +36,8 @@ from dadam3.run_logging import progress
 from dadam3.settings import LoopSettings
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
+# checkpoint entries with one part per node: gathered from the ranks, sliced again on load
+NODE_ENTRIES = ("G", "D", "opt_g", "opt_d", "window", "sampler", "noise")
 NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
 CHECKPOINT_KIND = "dadam3.train/1"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -77,7 +80,7 @@ class WGANTrainer:
                  run_dir: Path, logger, device: torch.device, dtype: torch.dtype,
                  sample: Callable[[StackedNet, int], None] | None = None,
                  evaluate: Callable[[StackedNet, int], dict] | None = None, config: dict | None = None,
-                 run_dir_lock=None, node_ids: list[int] | None = None):
+                 run_dir_lock=None, placement: Placement | None = None, full_G: StackedNet | None = None):
         self.G, self.D, self.opt_g, self.opt_d = G, D, opt_g, opt_d
         self.sampler, self.s, self.run_dir, self.logger = sampler, settings, Path(run_dir), logger
         self.device, self.dtype = device, dtype
@@ -87,7 +90,9 @@ class WGANTrainer:
         self.mixer = opt_g.mixer
         # every node draws its noise z and interpolation weights eps from its own stream, seeded
         # from (seed, node index), so results do not depend on how nodes are spread over processes
-        self.node_ids = list(range(self.M)) if node_ids is None else list(node_ids)
+        self.placement = placement or Placement(self.M)
+        self.node_ids = list(self.placement.block)
+        self.full_G = G if not self.placement.distributed else full_G   # rank 0: all M nodes, for hooks
         self.noise = [torch.Generator(device=device).manual_seed(node_seed(settings.seed, i, NOISE_STREAM))
                       for i in self.node_ids]
         self.state = TrainState()
@@ -138,20 +143,34 @@ class WGANTrainer:
     def _check_finite(self, out: dict[str, torch.Tensor]) -> None:
         vals = torch.stack([out[k] for k in out if k in LOSS_KEYS or k == "d_fake"])
         finite = torch.isfinite(vals).all(0)
+        node, message = None, None
         if not bool(finite.all()):
-            node = int((~finite).nonzero()[0])
-            bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][node]))]
-            self._diverged(f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
-                           f"at iteration {self.state.iteration + 1}", node, self.state.iteration + 1)
+            i = int((~finite).nonzero()[0])
+            node = self.node_ids[i]
+            bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][i]))]
+            message = (f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
+                       f"at iteration {self.state.iteration + 1}")
+        self._agree_finite(node, message, self.state.iteration + 1)
 
     def _check_params_finite(self) -> None:
+        node, message = None, None
         for name, net in (("generator", self.G), ("critic", self.D)):
             for pname, p in net.named_parameters():
                 finite = torch.isfinite(p.detach().reshape(self.M, -1)).all(1)
-                if not bool(finite.all()):
-                    node = int((~finite).nonzero()[0])
-                    self._diverged(f"NaN/Inf in {name} parameter {pname} of node {node} "
-                                   f"after iteration {self.state.iteration}", node, self.state.iteration)
+                if node is None and not bool(finite.all()):
+                    node = self.node_ids[int((~finite).nonzero()[0])]
+                    message = f"NaN/Inf in {name} parameter {pname} of node {node} after iteration {self.state.iteration}"
+        self._agree_finite(node, message, self.state.iteration)
+
+    def _agree_finite(self, node: int | None, message: str | None, iteration: int) -> None:
+        """Every rank stops at the same check, naming the first node (by index) that went bad."""
+        M = self.placement.nodes
+        (first,) = self.placement.agree_max([M - (M if node is None else node)])   # max of M - node: min node
+        if first == 0:
+            return
+        first = M - first
+        message = next(m for n, m in self.placement.all_objects((node, message)) if n == first)
+        self._diverged(message, first, iteration)
 
     def _diverged(self, message: str, node: int, iteration: int) -> None:
         last = checkpoint_path(self.run_dir)
@@ -174,6 +193,7 @@ class WGANTrainer:
         s, st = self.s, self.state
         while st.iteration < s.iterations:
             out = self.train_step()
+            (signum,) = self.placement.agree_max([stop.signum or 0])
             st.iteration += 1
             k = st.iteration
             self._accumulate(out)
@@ -185,17 +205,21 @@ class WGANTrainer:
                 # run resumed from here logs exactly what an uninterrupted one does
                 rec = self._record(reset=k % s.log_every == 0)
                 if do_eval:
-                    rec.update(self.evaluate(self.G, k))
+                    G = self._gathered_G()
+                    if self.placement.is_main:
+                        rec.update(self.evaluate(G, k))
                 self.logger.log(rec, step=k)
                 bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
             if self.sample is not None and (k % s.sample_every == 0 or last):
-                self.sample(self.G, k)
-            if (s.checkpoint_every and k % s.checkpoint_every == 0) or last or stop.signum:
+                G = self._gathered_G()
+                if self.placement.is_main:
+                    self.sample(G, k)
+            if (s.checkpoint_every and k % s.checkpoint_every == 0) or last or signum:
                 self._check_params_finite()
                 self.save_checkpoint()
             bar.update(1)
-            if stop.signum and not last:
-                self._interrupted(stop.signum)
+            if signum and not last:
+                self._interrupted(signum)
 
     def _accumulate(self, out: dict[str, torch.Tensor]) -> None:
         w = self.state.window
@@ -208,18 +232,36 @@ class WGANTrainer:
         st = self.state
         rec: dict[str, Any] = {"iteration": st.iteration, "time": self.wall_time(), "status": "running"}
         for key, total in st.window.items():
-            per_node = (total / st.window_count).double().cpu()
+            per_node = self.placement.gather_rows((total / st.window_count).double().cpu())
             rec[key] = float(per_node.mean())
             rec[f"{key}_nodes"] = per_node.tolist()
-        rec["consensus_distance_g"] = consensus_distance(self.G.parameters())
-        rec["consensus_distance_d"] = consensus_distance(self.D.parameters())
+        distance = consensus_distance if not self.placement.distributed else self._consensus_distance
+        rec["consensus_distance_g"] = distance(self.G.parameters())
+        rec["consensus_distance_d"] = distance(self.D.parameters())
         rec["consensus_distance"] = rec["consensus_distance_g"] + rec["consensus_distance_d"]
-        sent = self.mixer.bytes_sent if self.mixer is not None else torch.zeros(self.M).numpy()
+        sent = self.mixer.bytes_sent if self.mixer is not None else torch.zeros(self.placement.nodes).numpy()
         rec["bytes_sent_nodes"] = [float(b) for b in sent]
         rec["bytes_sent"] = float(sent.mean())
         if reset:
             st.window, st.window_count = {}, 0
         return rec
+
+    def _consensus_distance(self, params) -> float:
+        """(1/M) sum_i ||x_i - x_bar||^2 over all ranks' rows: x_bar and the sum by all-reduce (float64)."""
+        params = [p.detach().double().reshape(p.shape[0], -1) for p in params]
+        x_bar = [self.placement.all_sum(p.sum(0)) / self.placement.nodes for p in params]
+        local = sum(((p - m.to(p.device)).square().sum() for p, m in zip(params, x_bar)), torch.zeros((), dtype=torch.float64))
+        return float(self.placement.all_sum(local.reshape(1))[0]) / self.placement.nodes
+
+    def _gathered_G(self) -> StackedNet | None:
+        """All M nodes' generator on rank 0 (None on other ranks); a collective when distributed."""
+        if not self.placement.distributed:
+            return self.G
+        parts = self.placement.gather_to_main({k: v.cpu() for k, v in self.G.state_dict().items()})
+        if parts is None:
+            return None
+        self.full_G.load_state_dict(stack_node_states(parts))
+        return self.full_G
 
     def _interrupted(self, signum: int) -> None:
         name, k = signal.Signals(signum).name, self.state.iteration
@@ -256,7 +298,7 @@ class WGANTrainer:
             "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
             "bytes_sent": None if self.mixer is None else self.mixer.bytes_sent.copy(),
             "sampler": self.sampler.state_dict(),
-            "noise": [g.get_state() for g in self.noise],
+            "noise": NodeList(g.get_state() for g in self.noise),
             "rng": capture_rng_state(),
             "wandb_run_id": next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")),
                                  None),
@@ -265,9 +307,18 @@ class WGANTrainer:
         }
 
     def save_checkpoint(self) -> Path:
-        return atomic_save(self.checkpoint(), checkpoint_path(self.run_dir))
+        """Rank 0 writes the checkpoint of all M nodes (a collective when distributed)."""
+        ckpt = self.checkpoint()
+        if self.placement.distributed:
+            parts = self.placement.gather_to_main({k: ckpt[k] for k in NODE_ENTRIES})
+            if parts is None:
+                return checkpoint_path(self.run_dir)
+            ckpt.update({k: stack_node_states([p[k] for p in parts]) for k in NODE_ENTRIES})
+        return atomic_save(ckpt, checkpoint_path(self.run_dir))
 
     def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
+        """Continue from a checkpoint of all M nodes, whatever the placement that wrote it."""
+        ckpt = {**ckpt, **{k: node_rows(ckpt[k], self.placement.block) for k in NODE_ENTRIES if k != "sampler"}}
         self.G.load_state_dict(ckpt["G"])
         self.D.load_state_dict(ckpt["D"])
         self.opt_g.load_state_dict(ckpt["opt_g"])
@@ -275,7 +326,7 @@ class WGANTrainer:
         if self.mixer is not None and ckpt["bytes_sent"] is not None:
             self.mixer.bytes_sent[:] = ckpt["bytes_sent"]
         self.sampler.load_state_dict(ckpt["sampler"])
-        for g, state in zip(self.noise, ckpt["noise"]):
+        for g, state in zip(self.noise, ckpt["noise"], strict=True):
             g.set_state(state)
         restore_rng_state(ckpt["rng"])
         self.state = TrainState(iteration=ckpt["iteration"], elapsed=ckpt["elapsed"],

@@ -21,7 +21,7 @@ Adding an optimizer: a class (its ``HPARAMS`` hold defaults and ranges), a kerne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, Mixer
@@ -31,7 +31,7 @@ from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
 from dadam3.optim.osg import DOSG
 from dadam3.optim.simultaneous import DAdam, DSGD
-from dadam3.topology import build_topology
+from dadam3.topology import Topology, build_topology
 
 __all__ = ["Adam3", "Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
            "OptimisticGossip", "SingleSequenceGossip", "OPTIMIZERS", "Spec", "optimizer_spec",
@@ -78,9 +78,11 @@ def optimizer_spec(name: str) -> Spec:
     return OPTIMIZERS[name]
 
 
-def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1, **topology_kw) -> Mixer | None:
+def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
+              make_mixer: Callable[[Topology], Mixer] = LocalMixer, **topology_kw) -> Mixer | None:
     """The mixer an optimizer runs with: the configured topology, the complete graph for
-    the centralized variants, none for the single-node Adam3."""
+    the centralized variants, none for the single-node Adam3. ``make_mixer`` builds it from
+    the topology (:class:`LocalMixer`, or :class:`dadam3.distributed.DistributedMixer`)."""
     spec = optimizer_spec(name)
     if spec.single_node:
         if nodes != 1:
@@ -89,7 +91,7 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1, **
         return None
     if spec.topology is not None:
         topology, topology_kw = spec.topology, {}
-    return LocalMixer(build_topology(topology, nodes, rounds, **topology_kw))
+    return make_mixer(build_topology(topology, nodes, rounds, **topology_kw))
 
 
 def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, **hparams) -> NodeOptimizer:
