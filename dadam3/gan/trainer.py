@@ -34,6 +34,25 @@ from dadam3.settings import LoopSettings
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
 
 
+def noise_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The generator z and eps are drawn from: on ``device`` (a CUDA generator on CUDA), seeded.
+
+    A seam: tests that fake CUDA without a driver (``tests/test_fake_cuda.py``) hand out a CPU one.
+    """
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def first_false(mask: torch.Tensor) -> int | None:
+    """Index of the first False in the bool vector ``mask`` (a node), or None if all are True.
+
+    The NaN checks' one host read of a device value (a sync); a seam that tests on fake
+    tensors, which have no values, replace.
+    """
+    if bool(mask.all()):
+        return None
+    return int((~mask).nonzero()[0])
+
+
 class TrainingDiverged(Diverged):
     """A loss or parameter became NaN/Inf; the message names the node and iteration."""
 
@@ -68,7 +87,7 @@ class WGANTrainer:
         self.nz = G.in_shape[0]
         self.M = G.num_nodes
         self.mixer = opt_g.mixer
-        self.noise = torch.Generator(device=device).manual_seed(settings.seed + 1)
+        self.noise = noise_generator(device, settings.seed + 1)
         self.state = TrainState()
         self.config = config
         self._start = time.perf_counter()
@@ -111,9 +130,8 @@ class WGANTrainer:
 
     def _check_finite(self, out: dict[str, torch.Tensor]) -> None:
         vals = torch.stack([out[k] for k in out if k in LOSS_KEYS or k == "d_fake"])
-        finite = torch.isfinite(vals).all(0)
-        if not bool(finite.all()):
-            node = int((~finite).nonzero()[0])
+        node = first_false(torch.isfinite(vals).all(0))
+        if node is not None:
             bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][node]))]
             self._diverged(f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
                            f"at iteration {self.state.iteration + 1}", node)
@@ -121,9 +139,8 @@ class WGANTrainer:
     def _check_params_finite(self) -> None:
         for name, net in (("generator", self.G), ("critic", self.D)):
             for pname, p in net.named_parameters():
-                finite = torch.isfinite(p.detach().reshape(self.M, -1)).all(1)
-                if not bool(finite.all()):
-                    node = int((~finite).nonzero()[0])
+                node = first_false(torch.isfinite(p.detach().reshape(self.M, -1)).all(1))
+                if node is not None:
                     self._diverged(f"NaN/Inf in {name} parameter {pname} of node {node} "
                                    f"at iteration {self.state.iteration}", node)
 
