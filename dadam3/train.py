@@ -73,7 +73,8 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run_dir, logger, device, s.dtype,
                           sample=sample_hook(dataset, nz, s.seed, device, s.dtype, run_dir / "samples", logger),
                           evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
-                          full_G=StackedNet.replicate(G.node_module(0), s.nodes) if placement.is_main else None)
+                          full_G=StackedNet.replicate(G.node_module(0), s.nodes)
+                          if placement.distributed and placement.is_main else None)
     if ckpt is not None:
         trainer.load_checkpoint(ckpt)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values

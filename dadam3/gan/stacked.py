@@ -256,8 +256,9 @@ class StackedNet(nn.Module):
 
     def _empty_module(self) -> SequentialNet:
         ref = next(iter(self.parameters()))
-        net = copy.deepcopy(self._template).to_empty(device=ref.device)
-        return net.to(dtype=ref.dtype).train(self.training)
+        # the dtype is set on the meta device, so the tensors are allocated once, on ref's device
+        net = copy.deepcopy(self._template).to(dtype=ref.dtype).to_empty(device=ref.device)
+        return net.train(self.training)
 
     def node_module(self, i: int) -> SequentialNet:
         """Node i as an ordinary module (a copy), in this net's train/eval mode."""

@@ -43,6 +43,25 @@ CHECKPOINT_KIND = "dadam3.train/1"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
+def noise_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The generator z and eps are drawn from: on ``device`` (a CUDA generator on CUDA), seeded.
+
+    A seam: tests that fake CUDA without a driver (``tests/test_fake_cuda.py``) hand out a CPU one.
+    """
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def first_false(mask: torch.Tensor) -> int | None:
+    """Index of the first False in the bool vector ``mask`` (a node), or None if all are True.
+
+    The NaN checks' one host read of a device value (a sync); a seam that tests on fake
+    tensors, which have no values, replace.
+    """
+    if bool(mask.all()):
+        return None
+    return int((~mask).nonzero()[0])
+
+
 class TrainingDiverged(Diverged):
     """A loss or parameter became NaN/Inf; the message names the node and iteration."""
 
@@ -93,8 +112,7 @@ class WGANTrainer:
         self.placement = placement or Placement(self.M)
         self.node_ids = list(self.placement.block)
         self.full_G = G if not self.placement.distributed else full_G   # rank 0: all M nodes, for hooks
-        self.noise = [torch.Generator(device=device).manual_seed(node_seed(settings.seed, i, NOISE_STREAM))
-                      for i in self.node_ids]
+        self.noise = [noise_generator(device, node_seed(settings.seed, i, NOISE_STREAM)) for i in self.node_ids]
         self.state = TrainState()
         self.config = config
         self.run_dir_lock = run_dir_lock        # held until the run ends (dadam3.run_dir.RunDir)
@@ -142,10 +160,9 @@ class WGANTrainer:
 
     def _check_finite(self, out: dict[str, torch.Tensor]) -> None:
         vals = torch.stack([out[k] for k in out if k in LOSS_KEYS or k == "d_fake"])
-        finite = torch.isfinite(vals).all(0)
+        i = first_false(torch.isfinite(vals).all(0))
         node, message = None, None
-        if not bool(finite.all()):
-            i = int((~finite).nonzero()[0])
+        if i is not None:
             node = self.node_ids[i]
             bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][i]))]
             message = (f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
@@ -156,9 +173,9 @@ class WGANTrainer:
         node, message = None, None
         for name, net in (("generator", self.G), ("critic", self.D)):
             for pname, p in net.named_parameters():
-                finite = torch.isfinite(p.detach().reshape(self.M, -1)).all(1)
-                if node is None and not bool(finite.all()):
-                    node = self.node_ids[int((~finite).nonzero()[0])]
+                i = first_false(torch.isfinite(p.detach().reshape(self.M, -1)).all(1))
+                if node is None and i is not None:
+                    node = self.node_ids[i]
                     message = f"NaN/Inf in {name} parameter {pname} of node {node} after iteration {self.state.iteration}"
         self._agree_finite(node, message, self.state.iteration)
 
