@@ -141,6 +141,21 @@ def _env_int(name: str) -> int:
         raise ConfigError(name, value, "must be an integer (set by torchrun)") from None
 
 
+def _env_from_submitit() -> None:
+    """Under Hydra's submitit launcher (SLURM or local) there is no torchrun: take rank, world
+    size, local rank and the first host of the job from submitit's job environment."""
+    try:
+        import submitit
+        job = submitit.JobEnvironment()
+    except (ImportError, RuntimeError):
+        return                   # neither torchrun nor submitit: _env_int names what is missing
+    os.environ.setdefault("RANK", str(job.global_rank))
+    os.environ.setdefault("WORLD_SIZE", str(job.num_tasks))
+    os.environ.setdefault("LOCAL_RANK", str(job.local_rank))
+    os.environ.setdefault("MASTER_ADDR", job.hostnames[0])
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(re.sub(r"\D", "", str(job.job_id)) or 0) % 20000))
+
+
 def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroupInfo:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK,
     MASTER_ADDR, MASTER_PORT; ``env://``).
@@ -154,6 +169,8 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     timeout_s = check_range("distributed.timeout_s", timeout_s, 0.0, None, low_open=True)
     if backend not in ("auto", "gloo", "nccl"):
         raise ConfigError("distributed.backend", backend, "allowed: auto, gloo, nccl")
+    if "RANK" not in os.environ:
+        _env_from_submitit()
     rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
     if dist.is_initialized():
         backend = dist.get_backend()

@@ -58,4 +58,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main, groups=("optimizer", "topology"))
+    # the Hydra task by reference to the importable module (not __main__), so launchers that
+    # pickle it (submitit) can
+    from dadam3.synthetic import main as task
+    run_cli(task, groups=("optimizer", "topology"))

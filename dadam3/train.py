@@ -47,6 +47,7 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     if s.backend == "distributed":
         info = init_from_env(s.distributed_backend, s.distributed_timeout_s)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
+        log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1, s.nodes)
         device = info.device if info.backend == "nccl" else device
     if device.type == "cuda":
         log.info("CUDA: %s", set_cuda_flags(s.cuda_tf32, s.cuda_cudnn_benchmark))
@@ -113,4 +114,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    run_cli(main, groups=("optimizer", "topology", "dataset", "model", "logger", "experiment"))
+    # the Hydra task by reference to the importable module (not __main__), so launchers that
+    # pickle it (submitit) can
+    from dadam3.train import main as task
+    run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "experiment"))

@@ -12,7 +12,7 @@ for lr in ${LRS:-5e-5 8e-4}; do
 done
 runs=()
 for opt in dadam3 cadam3 dosg cosg; do
-  for lr in ${LRS:-5e-5 8e-4}; do runs+=(--run "$opt lr=$lr=$out/lr_sweep/lr$lr/$opt/seed0"); done
-  if [ -f "$out/fig3/$opt/seed0/metrics.jsonl" ]; then runs+=(--run "$opt lr=2e-4=$out/fig3/$opt/seed0"); fi
+  for lr in ${LRS:-5e-5 8e-4}; do runs+=(--run "$opt, lr $lr=$out/lr_sweep/lr$lr/$opt/seed0"); done
+  if [ -f "$out/fig3/$opt/seed0/metrics.jsonl" ]; then runs+=(--run "$opt, lr 2e-4=$out/fig3/$opt/seed0"); fi
 done
 "${PYTHON:-python}" -m dadam3.plot summary "${runs[@]}" --out "$out/lr_sweep/summary.md"

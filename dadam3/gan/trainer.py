@@ -198,7 +198,8 @@ class WGANTrainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
-        bar = progress(self.s.iterations, initial=self.state.iteration, desc="train", disable=not self.s.progress)
+        bar = progress(self.s.iterations, initial=self.state.iteration, desc="train",
+                       disable=not (self.s.progress and self.placement.is_main))
         try:
             with StopSignals() as stop:
                 self._loop(bar, stop)
