@@ -120,7 +120,7 @@ class WGANTrainer:
 
     # ------------------------------------------------------------------ one iteration
     def _draw(self):
-        M, B = self.M, self.s.batch_size
+        B = self.s.batch_size
         real = self.sampler.next_batch().to(self.dtype)
         z = self._noise(lambda g: torch.randn(B, self.nz, generator=g, device=self.device, dtype=self.dtype))
         eps = self._noise(lambda g: torch.rand(B, generator=g, device=self.device, dtype=self.dtype))
