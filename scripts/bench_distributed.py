@@ -98,6 +98,25 @@ def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
     shutdown()
 
 
+def _run_ranks(target, a: dict, timeout: float):
+    """For each R of ``--ranks``: start R spawned ranks running ``target``, yield (R, their results)."""
+    ctx = multiprocessing.get_context("spawn")
+    for R in a["ranks"]:
+        with tempfile.TemporaryDirectory() as out:
+            port = _free_port()
+            procs = [ctx.Process(target=target, args=(r, R, port, a, out)) for r in range(R)]
+            for proc in procs:
+                proc.start()
+            for proc in procs:
+                proc.join(timeout)
+                if proc.exitcode is None:
+                    proc.kill()
+            if any(proc.exitcode != 0 for proc in procs):
+                print(f"R={R}: ranks exited with {[proc.exitcode for proc in procs]}")
+                continue
+            yield R, [json.loads(Path(out, f"{r}.json").read_text()) for r in range(R)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -132,21 +151,7 @@ def main() -> None:
     for k in range(6, 6 + a["mixes"]):
         local.mix([x], k, out=[y])
     print(f"LocalMixer (one process, all {a['nodes']} nodes): {1e3 * (time.perf_counter() - t0) / a['mixes']:7.2f} ms/mix")
-    ctx = multiprocessing.get_context("spawn")
-    for R in a["ranks"]:
-        with tempfile.TemporaryDirectory() as out:
-            port = _free_port()
-            procs = [ctx.Process(target=_rank, args=(r, R, port, a, out)) for r in range(R)]
-            for proc in procs:
-                proc.start()
-            for proc in procs:
-                proc.join(600)
-                if proc.exitcode is None:
-                    proc.kill()
-            if any(proc.exitcode != 0 for proc in procs):
-                print(f"R={R}: ranks exited with {[proc.exitcode for proc in procs]}")
-                continue
-            res = [json.loads(Path(out, f"{r}.json").read_text()) for r in range(R)]
+    for R, res in _run_ranks(_rank, a, 600):
         per_node = res[0]["bytes_per_node"]
         wire = [r["wire_bytes"] for r in res]
         print(f"R={R}: {1e3 * max(r['seconds'] for r in res):7.2f} ms/mix (slowest rank; "
@@ -158,21 +163,7 @@ def main() -> None:
 def train_bench(a: dict) -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
           f"trainer with {' '.join(a['overrides'])}, M={a['nodes']}, {a['iters']} timed iterations, 1 thread per rank")
-    ctx = multiprocessing.get_context("spawn")
-    for R in a["ranks"]:
-        with tempfile.TemporaryDirectory() as out:
-            port = _free_port()
-            procs = [ctx.Process(target=_train_rank, args=(r, R, port, a, out)) for r in range(R)]
-            for proc in procs:
-                proc.start()
-            for proc in procs:
-                proc.join(900)
-                if proc.exitcode is None:
-                    proc.kill()
-            if any(proc.exitcode != 0 for proc in procs):
-                print(f"R={R}: ranks exited with {[proc.exitcode for proc in procs]}")
-                continue
-            res = [json.loads(Path(out, f"{r}.json").read_text()) for r in range(R)]
+    for R, res in _run_ranks(_train_rank, a, 900):
         slowest = max(res, key=lambda r: r["seconds"])
         per_node = res[0]["bytes_per_node"]
         print(f"R={R}: {1e3 * slowest['seconds']:8.2f} ms/iteration (slowest rank), in the mixer "
