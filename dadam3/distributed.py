@@ -381,6 +381,12 @@ class DistributedMixer(Mixer):
         offsets = np.concatenate([[0], np.cumsum([t[0].numel() for t in tensors])]).tolist()
         plans = [(phase, self._plan(phase)) for phase in self._round_phases(k)]
         first = plans[0][1]
+        if len(plans) == 1 and not first.ops:                            # no peer (R = 1): as LocalMixer
+            Wb = self._weights_on(plans[0][0], first, device, dtype)
+            with ieee_fp32_matmul(device):
+                for t, o in zip(tensors, out):
+                    torch.matmul(Wb, t.reshape(L, -1), out=o.view(L, -1))
+            return
         if len(tensors) == 1 and len(first.columns) == L:              # nothing to receive: no copy
             xc = tensors[0].reshape(L, -1)
         else:

@@ -5,11 +5,16 @@
 #      node, M = 1, 5, 15: batched vs loop, mixing share, FLOP rate against the TF32 peak),
 #   3. two short real-size training runs on generated images (dataset=fake): the Fig. 3
 #      setting (dcgan32, M = 5) and the Fig. 4b setting (dcgan64 at 64x64, M = 15), Dadam3,
-#      batch 64 per node, with it/s from metrics.jsonl.
+#      batch 64 per node, with it/s from metrics.jsonl,
+#   4. scripts/bench_distributed.py with NCCL, one GPU per rank, R in {1, 2, 4} up to the
+#      GPUs present: one mix (and the two-hop round, --fused) and whole training iterations
+#      of the full-width dcgan32 on M = 4 nodes.
 # Usage: bash scripts/gpu_benchmarks.sh OUT_DIR
-# Writes OUT_DIR/{tests.txt,bench_gan.txt,train_m5.jsonl,train_m15.jsonl,summary.txt}.
+# Writes OUT_DIR/{tests.txt,bench_gan.txt,train_m5.jsonl,train_m15.jsonl,bench_distributed.txt,summary.txt}.
 # DEVICE (default cuda), ITERATIONS (default 300), BENCH_ARGS and TRAIN_ARGS (appended to
-# every bench / training command) let a CPU smoke run use tiny sizes.
+# every bench / training command), DIST_RANKS (default: 1 2 4 up to the GPUs), DIST_ARGS
+# and DIST_TRAIN_ARGS (appended to the distributed mix / --train overrides) let a CPU
+# smoke run use tiny sizes (with DEVICE=cpu the distributed part uses gloo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: bash scripts/gpu_benchmarks.sh OUT_DIR}
@@ -20,6 +25,8 @@ DEVICE=${DEVICE:-cuda}
 ITERATIONS=${ITERATIONS:-300}
 read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
 read -r -a TRAIN_EXTRA <<<"${TRAIN_ARGS:-}"
+read -r -a DIST_EXTRA <<<"${DIST_ARGS:-}"
+read -r -a DIST_TRAIN_EXTRA <<<"${DIST_TRAIN_ARGS:-}"
 export PYTHONUNBUFFERED=1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -60,3 +67,20 @@ EOF
 }
 train train_m5 model=dcgan32 nodes=5
 train train_m15 model=dcgan64 dataset.image_size=64 nodes=15
+
+echo "== bench_distributed" | tee -a "$OUT_DIR/summary.txt"
+if [ "$DEVICE" = cuda ]; then
+  BACKEND=nccl
+  GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+  DEFAULT_RANKS=$(for r in 1 2 4; do [ "$r" -le "$GPUS" ] && echo "$r"; done | xargs)
+else
+  BACKEND=gloo DEFAULT_RANKS="1 2 4"
+fi
+read -r -a RANKS <<<"${DIST_RANKS:-$DEFAULT_RANKS}"
+{
+  "$PY" scripts/bench_distributed.py --backend "$BACKEND" --ranks "${RANKS[@]}" --fused "${DIST_EXTRA[@]}"
+  "$PY" scripts/bench_distributed.py --backend "$BACKEND" --ranks "${RANKS[@]}" --train --nodes 4 --iters 20 \
+    --overrides dataset=fake model=dcgan32 n_critic=1 batch_size=64 metrics.every=0 sample_every=100000 \
+    checkpoint_every=0 "${DIST_TRAIN_EXTRA[@]}"
+} 2>&1 | tee "$OUT_DIR/bench_distributed.txt"
+grep -E "^(machine|LocalMixer|R=|    )" "$OUT_DIR/bench_distributed.txt" >>"$OUT_DIR/summary.txt"

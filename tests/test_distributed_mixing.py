@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import socket
+import subprocess
+import sys
 import time
 import zlib
 from pathlib import Path
@@ -345,6 +348,30 @@ def test_many_chained_mixes_without_a_hang(tmp_path):
         rec = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
         for x, x_ref in zip(rec["out"], xs):
             torch.testing.assert_close(x, x_ref[rec["block"].start:rec["block"].stop], rtol=0, atol=1e-10)
+
+
+def test_benchmark_script_runs_and_counts_the_bytes_by_hand():
+    """scripts/bench_distributed.py at tiny sizes (its numbers are in results/benchmarks.md).
+    Ring of 6, 100 float32 per node, R = 2 (blocks 0..2, 3..5): a node sends its row to 2
+    neighbours (800 B per mix); each rank sends the 2 boundary rows (800 B). Two rounds
+    per Dadam3 step double both; the one two-hop round sends 1.5 x 100 floats to 4 peers
+    (2400 B per node) and, per rank, the 3 rows the other rank needs (1800 B)."""
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "scripts/bench_distributed.py", "--ranks", "2", "--nodes", "6",
+                        "--floats", "100", "--mixes", "2", "--fused"],
+                       cwd=root, capture_output=True, text=True, timeout=JOB_LIMIT_S)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert re.search(r"R=2: .* bytes_sent per node per mix 800\.\.800, wire bytes per rank per mix \['800', '800'\]",
+                     r.stdout), r.stdout
+    assert re.search(r"two rounds: .* bytes_sent per node 1\.6e\+03, wire bytes per rank \['1\.6e\+03', '1\.6e\+03'\]",
+                     r.stdout), r.stdout
+    assert re.search(r"one round : .* bytes_sent per node 2\.4e\+03, wire bytes per rank \['1\.8e\+03', '1\.8e\+03'\]",
+                     r.stdout), r.stdout
+    r = subprocess.run([sys.executable, "scripts/bench_distributed.py", "--train", "--ranks", "2", "--nodes", "3",
+                        "--iters", "1"], cwd=root, capture_output=True, text=True, timeout=JOB_LIMIT_S)
+    assert r.returncode == 0 and re.search(r"simulator: +[\d.]+ ms/iteration", r.stdout) \
+        and re.search(r"R=2: +[\d.]+ ms/iteration .* in the mixer +[\d.]+ %", r.stdout), \
+        r.stdout + r.stderr[-2000:]
 
 
 # --------------------------------------------------------------------------- no processes

@@ -246,12 +246,16 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
     """scripts/gpu_benchmarks.sh end to end at tiny sizes on the CPU (its real run is on a GPU)."""
     env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", ITERATIONS="4",
                BENCH_ARGS="--nodes 2 --width 0.0625 --batch 2 --iters 3 --warmup 1",
-               TRAIN_ARGS="model.width=0.03125 batch_size=2 log_every=2 dataset.length=64")
+               TRAIN_ARGS="model.width=0.03125 batch_size=2 log_every=2 dataset.length=64",
+               DIST_RANKS="1 2", DIST_ARGS="--nodes 3 --floats 100 --mixes 2",
+               DIST_TRAIN_ARGS="model.width=0.03125 batch_size=2 dataset.length=64")
     r = subprocess.run(["bash", "scripts/gpu_benchmarks.sh", str(tmp_path)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = (tmp_path / "summary.txt").read_text()
     assert "| 2 |" in summary and summary.count("status finished") == 2, summary
+    assert "one round :" in summary and "ms/iteration (slowest rank)" in summary, summary
+    assert summary.count("R=2:") == 2 and "R=4" not in summary, summary
     m15 = read_jsonl(tmp_path / "train_m15.jsonl")
     assert m15[-1]["status"] == "finished" and m15[-1]["iteration"] == 4
     assert len(m15[-2]["loss_d_nodes"]) == 15
