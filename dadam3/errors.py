@@ -90,10 +90,13 @@ def _bounds(low: int | None, high: int | None) -> str:
 
 
 class RunStopped(RuntimeError):
-    """A run ended early for a reason the user must act on; ``exit_code`` is its status."""
+    """A run ended early for a reason the user must act on; ``exit_code`` is its status.
+    ``echo = False``: exit with the status but print nothing (a rank other than 0 stopping
+    for a reason every rank agreed on: rank 0 says it once)."""
 
     exit_code = 1
     prefix = "error"
+    echo = True
 
 
 class Diverged(RunStopped):
@@ -115,7 +118,8 @@ def exit_on_config_error(fn: F) -> F:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
         except RunStopped as e:
-            print(f"{e.prefix}: {e}", file=sys.stderr)
+            if e.echo:
+                print(f"{e.prefix}: {e}", file=sys.stderr)
             sys.exit(e.exit_code)
 
     return wrapper  # type: ignore[return-value]

@@ -3,6 +3,7 @@ the toy WGAN-GP on M = 5 nodes. Every node's parameters and optimizer state equa
 simulator's within 1e-10 and metrics.jsonl holds the same records (wall times aside), for
 R in {1, 2, 3}, three optimizers and three topologies; checkpoints written by R = 2 resume
 under R = 3 and in the simulator; a rank that dies makes the other stop with one line."""
+import json
 import math
 import os
 import signal
@@ -100,7 +101,7 @@ def test_checkpoint_of_two_ranks_resumes_under_three_and_in_the_simulator(tmp_pa
         recs = read_jsonl(resumed / "metrics.jsonl")
         assert [r for r in recs if r["status"] == "resumed"][0]["changed"]["iterations"] == [3, 7]
         kept = [r for r in recs if r["status"] != "resumed"]
-        (resumed / "metrics.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in kept))
+        (resumed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         assert_same_run(tmp_path / "full", resumed)
 
 
@@ -137,3 +138,83 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: rank 0: "), err[-2000:]
     assert "died or hung" in lines[0] and f"timeout_s={timeout_s}" in lines[0]
     assert took < timeout_s + 30
+
+
+# Each rank runs `python -m dadam3.train`; on rank 1 the WGAN-GP step of its 5th call first
+# sets the critic's first parameter of its first node (node 3 of 0..4) to NaN.
+POISON_RANK_1 = """
+import os, runpy, sys, torch
+import dadam3.gan.trainer as trainer
+real, calls = trainer.wgan_gp_step, [0]
+def poisoned(G, D, *args, **kw):
+    calls[0] += 1
+    if calls[0] == 5:
+        with torch.no_grad():
+            next(iter(D.parameters()))[0].fill_(float("nan"))
+    return real(G, D, *args, **kw)
+if os.environ["RANK"] == "1":
+    trainer.wgan_gp_step = poisoned
+runpy.run_module("dadam3.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def _start_two_ranks(run_dir, *args, code=None):
+    """Ranks 0 and 1 started by hand (no torchrun agent between the test and the ranks)."""
+    port, procs = _free_port(), []
+    for rank in (0, 1):
+        env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port)}
+        entry = ["-c", code] if code else ["-m", "dadam3.train"]
+        procs.append(subprocess.Popen([sys.executable, *entry, *TOY, *args, "backend=distributed",
+                                       "distributed.timeout_s=60", f"hydra.run.dir={run_dir}"],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def _error_lines(err):
+    return [line for line in err.strip().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_nan_on_another_rank_stops_both_naming_node_and_iteration(tmp_path):
+    run = tmp_path / "run"
+    procs = _start_two_ranks(run, "iterations=8", code=POISON_RANK_1)
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [3, 3], errs
+    lines = _error_lines(errs[0])
+    assert len(lines) == 1 and lines[0].startswith("error: training diverged: "), errs[0][-2000:]
+    assert "node 3 at iteration 5; last good checkpoint: " in lines[0], lines[0]
+    assert _error_lines(errs[1]) == [], errs[1][-2000:]          # said once, by rank 0
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert (last["status"], last["node"], last["iteration"]) == ("diverged", 3, 5)
+    ckpt = load(checkpoint_path(run))
+    assert ckpt["iteration"] == 3 and all(torch.isfinite(v).all() for v in ckpt["D"].values())
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_stops_both_and_resumes_like_the_simulator(tmp_path):
+    """SIGTERM reaches rank 1 only: both ranks finish the same iteration, rank 0 saves the
+    checkpoint and says so once, both exit 143; resumed (by the simulator) to k + 3, the
+    run equals an uninterrupted simulator run."""
+    run = tmp_path / "run"
+    procs = _start_two_ranks(run, "iterations=100000", "checkpoint_every=1000")
+    deadline = time.time() + 120
+    while time.time() < deadline and (not (run / "metrics.jsonl").exists() or len(read_jsonl(run / "metrics.jsonl")) < 2):
+        assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-2000:]
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGTERM)
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [143, 143], errs
+    lines = _error_lines(errs[0])
+    assert len(lines) == 1 and lines[0].startswith("stopped: SIGTERM after iteration "), errs[0][-2000:]
+    assert _error_lines(errs[1]) == [], errs[1][-2000:]
+    k = int(lines[0].split("after iteration ")[1].split(";")[0])
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert (last["status"], last["iteration"]) == ("interrupted", k)
+    assert load(checkpoint_path(run))["iteration"] == k
+
+    simulator(tmp_path / "x", f"iterations={k + 3}", "checkpoint_every=1000", f"resume={run}")
+    simulator(tmp_path / "full", f"iterations={k + 3}", "checkpoint_every=1000")
+    kept = [r for r in read_jsonl(run / "metrics.jsonl") if r["status"] != "resumed"]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    assert_same_run(tmp_path / "full", run)

@@ -10,15 +10,12 @@ import stat
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import dadam3.gan.trainer as trainer_mod
 from dadam3.checkpoint import checkpoint_path, load
-from dadam3.config import CONFIG_DIR
 from dadam3.errors import ConfigError
 from dadam3.gan.trainer import TrainingDiverged
 from dadam3.run_dir import LOCK_FILE, open_run_dir
@@ -26,21 +23,7 @@ from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 from dadam3.train import build_trainer
 
-ROOT = Path(__file__).resolve().parent.parent
-TOY = ["experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
-       "metrics.every=4", "metrics.samples=200", "sample_every=4", "checkpoint_every=3"]
-
-
-def config(overrides):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
-
-
-def train(overrides, run_dir):
-    t = build_trainer(train_settings(config(overrides)), Path(run_dir))
-    t.fit()
-    t.finish()
-    return t
+from trainer_runs import ROOT, TOY, config, train
 
 
 def cli(*args, module="dadam3.train", env=None, **kw):

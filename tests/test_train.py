@@ -4,17 +4,14 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from hydra import compose, initialize_config_dir
 
 import dadam3.gan.trainer as trainer_mod
 from dadam3.checkpoint import checkpoint_path, load
-from dadam3.config import CONFIG_DIR
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.errors import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
@@ -23,24 +20,11 @@ from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 from dadam3.train import build_trainer, run
 
-ROOT = Path(__file__).resolve().parent.parent
-TOY = ["experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
-       "metrics.every=4", "metrics.samples=200", "sample_every=4", "checkpoint_every=3"]
+from trainer_runs import ROOT, TOY, config, train
+
 IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "batch_size=4",
           "device=cpu", "progress=false", "log_every=2", "sample_every=4", "checkpoint_every=3", "metrics.every=0",
           "optimizer.lr=1e-3"]
-
-
-def config(overrides):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="train", overrides=list(overrides))
-
-
-def train(overrides, run_dir):
-    t = build_trainer(train_settings(config(overrides)), Path(run_dir))
-    t.fit()
-    t.logger.finish()
-    return t
 
 
 def test_paper_defaults():
@@ -55,8 +39,10 @@ def test_paper_defaults():
 
 def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
     t = train(TOY + ["iterations=8"], tmp_path)
-    recs = read_jsonl(tmp_path / "metrics.jsonl")
-    assert [r["iteration"] for r in recs] == [2, 4, 6, 8]
+    *recs, last = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [(r["iteration"], r["status"]) for r in recs] == [(2, "running"), (4, "running"), (6, "running"),
+                                                            (8, "running")]
+    assert (last["iteration"], last["status"]) == (8, "finished")
     r = recs[-1]
     for key in ("time", "loss_d", "loss_g", "gp", "wasserstein", "operator_norm", "consensus_distance",
                 "bytes_sent", "modes_covered", "high_quality_share"):

@@ -194,7 +194,7 @@ class WGANTrainer:
         kept = f"; last good checkpoint: {last}" if last.is_file() else "; no checkpoint was written yet"
         self.logger.log({"iteration": iteration, "status": "diverged", "node": node, "message": message,
                          "time": self.wall_time()}, step=iteration)
-        raise TrainingDiverged(message + kept)
+        raise self._agreed(TrainingDiverged(message + kept))
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:
@@ -285,8 +285,13 @@ class WGANTrainer:
         name, k = signal.Signals(signum).name, self.state.iteration
         self.logger.log({"iteration": k, "status": "interrupted", "signal": name, "time": self.wall_time()}, step=k)
         self.logger.finish()
-        raise Interrupted(f"{name} after iteration {k}; checkpoint saved; continue with "
-                          f"`python -m dadam3.train resume={self.run_dir}`", signum)
+        raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; continue with "
+                                       f"`python -m dadam3.train resume={self.run_dir}`", signum))
+
+    def _agreed(self, stop: RunStopped) -> RunStopped:
+        """A stop every rank agreed on is printed by rank 0 only."""
+        stop.echo = self.placement.is_main
+        return stop
 
     def log_resumed(self, changed: dict[str, list]) -> None:
         """The ``resumed`` record: where the run continues and which settings changed."""
