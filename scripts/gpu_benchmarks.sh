@@ -72,7 +72,10 @@ echo "== bench_distributed" | tee -a "$OUT_DIR/summary.txt"
 if [ "$DEVICE" = cuda ]; then
   BACKEND=nccl
   GPUS=$("$PY" -c "import torch; print(torch.cuda.device_count())")
-  DEFAULT_RANKS=$(for r in 1 2 4; do [ "$r" -le "$GPUS" ] && echo "$r"; done | xargs)
+  DEFAULT_RANKS=""
+  for r in 1 2 4; do
+    if [ "$r" -le "$GPUS" ]; then DEFAULT_RANKS="$DEFAULT_RANKS $r"; fi
+  done
 else
   BACKEND=gloo DEFAULT_RANKS="1 2 4"
 fi
@@ -83,4 +86,4 @@ read -r -a RANKS <<<"${DIST_RANKS:-$DEFAULT_RANKS}"
     --overrides dataset=fake model=dcgan32 n_critic=1 batch_size=64 metrics.every=0 sample_every=100000 \
     checkpoint_every=0 "${DIST_TRAIN_EXTRA[@]}"
 } 2>&1 | tee "$OUT_DIR/bench_distributed.txt"
-grep -E "^(machine|LocalMixer|R=|    )" "$OUT_DIR/bench_distributed.txt" >>"$OUT_DIR/summary.txt"
+grep -E "^(machine|LocalMixer|simulator|R=|    )" "$OUT_DIR/bench_distributed.txt" >>"$OUT_DIR/summary.txt"
