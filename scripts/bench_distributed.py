@@ -6,12 +6,12 @@
 
 Each R starts R processes (spawn; one thread each), which join a process group through
 ``init_from_env`` (``--backend nccl``: one GPU per rank, so R <= the GPUs; tensors on
-``cuda:LOCAL_RANK``, timings synchronised) and time ``mix`` on their block of an M-node float32 buffer of
-``--floats`` values per node (1e5: about a tiny GAN's parameters). Prints the time per
-mix (slowest rank's mean, after warm-up), the bytes each node sends per mix
-(``bytes_sent``, the simulator's count) and the bytes each rank put on the wire per mix
-(``wire_bytes``); ``LocalMixer`` on all M nodes in this process for comparison.
-Dadam3 mixes twice per iteration. On a shared machine the times are only indicative.
+``cuda:LOCAL_RANK``, timings synchronised) and time ``mix`` on their block of an M-node
+float32 buffer of ``--floats`` values per node (1e5: about a tiny GAN's parameters).
+Prints the time per mix (slowest rank's mean, after warm-up), the bytes each node sends
+per mix (``bytes_sent``, the simulator's count) and the bytes each rank put on the wire
+per mix (``wire_bytes``); ``LocalMixer`` on all M nodes in this process for comparison.
+Dadam3 mixes twice per optimizer step. On a shared machine the times are only indicative.
 
 ``--train``: whole training iterations instead (the trainer of ``python -m dadam3.train``,
 ``backend=distributed``, built in each rank with the overrides of ``--overrides``; default
@@ -74,9 +74,7 @@ def _time_mixes(mixer, floats: int, mixes: int, per_step: int, device: torch.dev
 
 
 def _two_hop(topology: Topology) -> Topology:
-    """The graph of W_{k+1}^t W_k^t (static W: W^2t) as an explicit topology."""
-    if topology.time_varying:
-        raise SystemExit("--fused: static topologies only")
+    """The graph of W^2t (a static W) as an explicit topology."""
     W = topology.operator(1)
     return build_topology("explicit", topology.nodes, matrix=(W @ W).tolist())
 
@@ -185,6 +183,8 @@ def main() -> None:
     p.add_argument("--overrides", nargs="*", default=["experiment=toy_gaussians", "n_critic=1", "model.hidden=64"],
                    help="--train: Hydra overrides of python -m dadam3.train")
     a = vars(p.parse_args())
+    if a["fused"] and build_topology(a["topology"], a["nodes"], a["rounds"]).time_varying:
+        p.error(f"--fused: --topology {a['topology']} is time-varying; static topologies only")
     if a["train"]:
         train_bench(a)
     else:
