@@ -124,10 +124,6 @@ class ProcessGroupInfo:
     device: torch.device
     timeout_s: float
 
-    def block(self, nodes: int) -> range:
-        """The nodes this rank holds."""
-        return node_blocks(nodes, self.world_size)[self.rank]
-
     def describe(self) -> str:
         return (f"rank {self.rank}/{self.world_size} (local rank {self.local_rank}, {self.backend}, "
                 f"{self.device}, timeout {self.timeout_s:g} s)")

@@ -25,14 +25,14 @@ from omegaconf import DictConfig, OmegaConf
 from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
+from dadam3.distributed import DistributedMixer, Placement, exit_on_peer_failure, init_from_env, shutdown
 from dadam3.errors import exit_on_config_error
 from dadam3.gan.samples import sample_hook
-from dadam3.distributed import DistributedMixer, Placement, exit_on_peer_failure, init_from_env, shutdown
 from dadam3.gan.stacked import StackedNet, build_stacked_nets
 from dadam3.gan.trainer import WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
-from dadam3.optim import build_optimizer, mixer_for
 from dadam3.mixing import LocalMixer
+from dadam3.optim import build_optimizer, mixer_for
 from dadam3.run_dir import claim_run_dir, on_logging_grid
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.settings import TrainSettings, train_settings

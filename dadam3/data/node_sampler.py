@@ -80,7 +80,6 @@ class NodeSampler:
         self.infinite = not hasattr(dataset, "__len__") and callable(getattr(dataset, "sample", None))
         self.dataset = dataset.to(self.device) if callable(getattr(dataset, "to", None)) else dataset
 
-        seeds = np.random.SeedSequence(self.seed).spawn(self.nodes + 1)
         self._generators = [torch.Generator().manual_seed(node_seed(self.seed, i)) for i in self.node_ids]
         self.length: int | None = None
         self.shards: list[Tensor] | None = None        # None: every node sees the whole set
@@ -92,19 +91,19 @@ class NodeSampler:
                                   "only iid is possible")
         else:
             self.length = len(dataset)
-            self.shards = self._make_shards(np.random.default_rng(seeds[0]))
-            self._shards_sha1 = self._fingerprint()
-            if self.shards is not None:
-                self.shards = [self.shards[i] for i in self.node_ids]
-            self.shard_sizes = ([self.length] * self.nodes if self.shards is None
-                                else [len(s) for s in self.shards])
+            # child 0 of SeedSequence(seed) cuts the shards; node i's data order is child i + 1 (node_seed)
+            self.shards = self._make_shards(np.random.default_rng(np.random.SeedSequence(self.seed).spawn(1)[0]))
+        self._shards_sha1 = self._fingerprint()             # of all M shards, whichever this process serves
+        if self.shards is not None:
+            self.shards = [self.shards[i] for i in self.node_ids]
+            self.shard_sizes = [len(s) for s in self.shards]
+        elif not self.infinite:
+            self.shard_sizes = [self.length] * self.nodes
         for i, size in zip(self.node_ids, self.shard_sizes):
             if size < self.batch_size:
                 raise ConfigError("batch_size", batch_size,
                                   f"node {i} holds only {size} samples (partition={self.partition}, "
                                   f"{self.length} in the dataset); batch_size must be <= the smallest shard")
-        if self.infinite:
-            self._shards_sha1 = self._fingerprint()
 
         self._epoch = [-1] * self.nodes
         self._pos = [0] * self.nodes

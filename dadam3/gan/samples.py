@@ -7,9 +7,10 @@ to [0, 1] exactly once, when a PNG is written.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -23,17 +24,24 @@ def fixed_noise(n: int, nz: int, seed: int, device: torch.device, dtype: torch.d
     return z.to(device, dtype)
 
 
+@contextmanager
+def eval_mode(G: StackedNet) -> Iterator[StackedNet]:
+    """``G`` in eval mode (BatchNorm running statistics) inside the block, its own mode after."""
+    was_training = G.training
+    G.eval()
+    try:
+        yield G
+    finally:
+        G.train(was_training)
+
+
 @torch.no_grad()
 def generate(G: StackedNet, z: Tensor) -> tuple[Tensor, Tensor]:
     """Every node's samples ``[M, n, ...]`` and the node-averaged model's ``[n, ...]`` from the
     same noise ``z`` ``[n, nz]``, in eval mode (BatchNorm running statistics), as float32."""
-    was_training = G.training
-    G.eval()
-    try:
+    with eval_mode(G):
         per_node = G(z.expand(G.num_nodes, *z.shape))
         averaged = G.averaged_module().eval()(z)
-    finally:
-        G.train(was_training)
     return per_node.float(), averaged.float()
 
 

@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -217,8 +218,10 @@ class WGANTrainer:
             self._accumulate(out)
             last = k == s.iterations
             do_eval = bool(s.eval_every) and self.evaluate is not None and (k % s.eval_every == 0 or last)
+            checked = False
             if k % s.log_every == 0 or last or do_eval:
                 self._check_params_finite()
+                checked = True
                 # an off-grid record (last iteration, evaluation) leaves the window running, so a
                 # run resumed from here logs exactly what an uninterrupted one does
                 rec = self._record(reset=k % s.log_every == 0)
@@ -233,7 +236,8 @@ class WGANTrainer:
                 if self.placement.is_main:
                     self.sample(G, k)
             if (s.checkpoint_every and k % s.checkpoint_every == 0) or last or signum:
-                self._check_params_finite()
+                if not checked:
+                    self._check_params_finite()
                 self.save_checkpoint()
             bar.update(1)
             if signum and not last:
@@ -253,7 +257,9 @@ class WGANTrainer:
             per_node = self.placement.gather_rows((total / st.window_count).double().cpu())
             rec[key] = float(per_node.mean())
             rec[f"{key}_nodes"] = per_node.tolist()
-        distance = consensus_distance if not self.placement.distributed else self._consensus_distance
+        pl = self.placement
+        distance = partial(consensus_distance, all_sum=pl.all_sum, nodes=pl.nodes) if pl.distributed \
+            else consensus_distance
         rec["consensus_distance_g"] = distance(self.G.parameters())
         rec["consensus_distance_d"] = distance(self.D.parameters())
         rec["consensus_distance"] = rec["consensus_distance_g"] + rec["consensus_distance_d"]
@@ -263,13 +269,6 @@ class WGANTrainer:
         if reset:
             st.window, st.window_count = {}, 0
         return rec
-
-    def _consensus_distance(self, params) -> float:
-        """(1/M) sum_i ||x_i - x_bar||^2 over all ranks' rows: x_bar and the sum by all-reduce (float64)."""
-        params = [p.detach().double().reshape(p.shape[0], -1) for p in params]
-        x_bar = [self.placement.all_sum(p.sum(0)) / self.placement.nodes for p in params]
-        local = sum(((p - m.to(p.device)).square().sum() for p, m in zip(params, x_bar)), torch.zeros((), dtype=torch.float64))
-        return float(self.placement.all_sum(local.reshape(1))[0]) / self.placement.nodes
 
     def _gathered_G(self) -> StackedNet | None:
         """All M nodes' generator on rank 0 (None on other ranks); a collective when distributed."""

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from dadam3.data import mode_metrics
-from dadam3.gan.samples import fixed_noise, generate
+from dadam3.gan.samples import eval_mode, fixed_noise, generate
 from dadam3.gan.stacked import StackedNet
 
 
@@ -43,15 +43,14 @@ def image_scores(G: StackedNet, iteration: int, nz: int, samples: int, batch_siz
                  cache_root: str | None = None) -> dict:
     """IS / FID / KID through torch-fidelity (``feature_extractor`` a torch-fidelity name) of every
     node (``<metric>_mean`` = node average, ``<metric>_nodes``) and of the node-averaged model
-    (``<metric>_avg_model``); ``samples`` images each, from fixed evaluation noise. FID and KID
-    compare with ``reference`` (the data set's training images; cached after the first call)."""
+    (``<metric>_avg_model``); ``samples`` images each, from noise drawn by the global generator
+    (whose state checkpoints keep). FID and KID compare with ``reference`` (the data set's
+    training images; cached after the first call)."""
     from dadam3.metrics.inception import fidelity_metrics
 
     ref = next(G.parameters())
     device, dtype = ref.device, ref.dtype
-    was_training = G.training
-    G.eval()
-    try:
+    with eval_mode(G):
         nets = [G.node_module(i).eval() for i in range(G.num_nodes)] if per_node else []
         score = partial(fidelity_metrics, num_samples=samples, batch_size=batch_size, device=device,
                         weights_path=weights, isc=isc, fid=fid, kid=kid, reference=reference,
@@ -59,8 +58,6 @@ def image_scores(G: StackedNet, iteration: int, nz: int, samples: int, batch_siz
                         cache_root=cache_root)
         nodes = [score(_sampler(net, nz, device, dtype)) for net in nets]
         avg = score(_sampler(G.averaged_module().eval(), nz, device, dtype))
-    finally:
-        G.train(was_training)
     rec = {}
     for ours, theirs in (("is", "is_mean"), ("fid", "fid"), ("kid", "kid_mean")):
         if theirs not in avg:

@@ -183,6 +183,15 @@ def image_fidelity_metrics(images: Tensor | Dataset, batch_size: int, device: to
         images = uint8_images(images)
     check_metric_args(len(images), batch_size, isc, fid, kid, splits, reference)
     weights = resolve_feature_extractor_weights(feature_extractor, weights_path, download)
+    return calculate(images, batch_size, device, feature_extractor, weights, isc, fid, kid, reference,
+                     reference_cache_name, cache_root, splits, extra)
+
+
+def calculate(images: Dataset, batch_size: int, device: torch.device | str, feature_extractor: str, weights: str,
+              isc: bool, fid: bool, kid: bool, reference: Dataset | str | None, reference_cache_name: str | None,
+              cache_root: str | os.PathLike | None, splits: int, extra: Mapping[str, Any] | None) -> dict[str, float]:
+    """:func:`image_fidelity_metrics` once its arguments are checked and ``weights`` resolved
+    (also the end of :func:`~dadam3.metrics.inception.fidelity_metrics`)."""
     if (fid or kid) and _is_image_dataset(reference):
         if reference_cache_name is None and isinstance(reference, TensorImages):
             reference_cache_name = dataset_cache_name(reference, feature_extractor)

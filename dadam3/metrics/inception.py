@@ -19,6 +19,7 @@ torch-fidelity explicitly, so torch-fidelity itself never goes to the network.
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
@@ -112,7 +113,15 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
 
 def check_inception_weights(path: str) -> str:
     """``path`` if it holds torch-fidelity's InceptionV3 state dict, else a one-line ConfigError
-    (checked at start-up, so a bad file cannot stop a run at its first evaluation)."""
+    (checked at start-up, so a bad file cannot stop a run at its first evaluation). The ~100 MB
+    file is read once while its size and modification time stay the same (every evaluation
+    of every node resolves the weights again)."""
+    st = os.stat(path)
+    return _checked_inception_file(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _checked_inception_file(path: str, size: int, mtime_ns: int) -> str:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -215,10 +224,8 @@ def fidelity_metrics(sample_fn: Callable[[int], Tensor], num_samples: int, batch
     fidelity.check_metric_args(num_samples, batch_size, isc, fid, kid, splits, reference)
     weights = fidelity.resolve_feature_extractor_weights(feature_extractor, weights_path, download)
     images = generate_uint8(sample_fn, num_samples, batch_size, seed=seed, device=device)
-    return fidelity.image_fidelity_metrics(
-        images, batch_size, device, feature_extractor=feature_extractor, weights_path=weights,
-        isc=isc, fid=fid, kid=kid, reference=reference, reference_cache_name=reference_cache_name,
-        cache_root=cache_root, splits=splits, download=download, extra=extra)
+    return fidelity.calculate(UInt8Images(images), batch_size, device, feature_extractor, weights, isc, fid, kid,
+                              reference, reference_cache_name, cache_root, splits, extra)
 
 
 def inception_score(sample_fn: Callable[[int], Tensor], num_samples: int, batch_size: int,

@@ -82,12 +82,10 @@ class NodeOptimizer(torch.optim.Optimizer):
     def set_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Set hyper-parameters in every group (checked as in the constructor), e.g. a lower lr
         after loading a checkpoint, whose param_groups hold the values it was saved with."""
-        for key, value in hparams.items():
-            if key not in self.HPARAMS:
-                raise ConfigError(f"optimizer.{key}", value, f"not an option of {type(self).__name__}")
-            checked = self.HPARAMS[key].check(key, value)
+        checked = self.check_hparams(hparams)
+        for key in hparams:
             for group in self.param_groups:
-                group[key] = checked
+                group[key] = checked[key]
 
     # -- helpers ----------------------------------------------------------------------
     def _params(self):
