@@ -141,7 +141,9 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def on_logging_grid(iteration: int, config: Mapping[str, Any]) -> bool:
     """Whether an uninterrupted run with ``config`` logs a record at ``iteration`` anyway (not
-    only because it was its last)."""
+    only because it was its last), judged from the config: for checkpoints written before the
+    trainer stored ``record_on_grid`` itself (this counts ``metrics.every`` even when no metric
+    is on, where the trainer logs nothing)."""
     every = (config.get("metrics") or {}).get("every") or 0
     return iteration % config["log_every"] == 0 or bool(every and iteration % every == 0)
 

@@ -92,8 +92,15 @@ def _logger(s: TrainSettings, run_dir: Path, ckpt: dict | None):
         config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
     return build_logger(run_dir / "metrics.jsonl", wandb=wandb,
                         resume_from_iteration=None if ckpt is None else ckpt["iteration"],
-                        drop_record_at_resume_point=ckpt is not None and not on_logging_grid(ckpt["iteration"],
-                                                                                             ckpt["config"]))
+                        drop_record_at_resume_point=ckpt is not None and not _record_on_grid(ckpt))
+
+
+def _record_on_grid(ckpt: dict) -> bool:
+    """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too
+    (the trainer says so in the checkpoint; checkpoints older than that key: from the config)."""
+    if "record_on_grid" in ckpt:
+        return ckpt["record_on_grid"]
+    return on_logging_grid(ckpt["iteration"], ckpt["config"])
 
 
 @exit_on_peer_failure

@@ -70,6 +70,23 @@ def test_resumed_log_reads_as_if_the_run_never_stopped(tmp_path):
     assert without_time([r for r in resumed if r["status"] != "resumed"]) == without_time(read_jsonl(full / "metrics.jsonl"))
 
 
+def test_resumed_log_with_an_evaluation_period_but_no_metric_on(tmp_path):
+    """metrics.every=4 with every image metric off: the trainer logs nothing at 4, so the
+    record a run ending at 4 wrote there must go when it is resumed (it stayed: the rewind
+    judged the grid from the config)."""
+    images = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2",
+              "batch_size=2", "device=cpu", "progress=false", "log_every=3", "sample_every=100",
+              "checkpoint_every=100", "metrics.every=4", "metrics.inception=false", "metrics.fid=false",
+              "metrics.kid=false"]
+    train(images + ["iterations=8"], tmp_path / "full")
+    cut = tmp_path / "cut"
+    train(images + ["iterations=4"], cut)
+    train(images + ["iterations=8", f"resume={cut}"], tmp_path / "x")
+    resumed = [r for r in read_jsonl(cut / "metrics.jsonl") if r["status"] != "resumed"]
+    assert [r["iteration"] for r in resumed] == [3, 6, 8, 8]
+    assert without_time(resumed) == without_time(read_jsonl(tmp_path / "full" / "metrics.jsonl"))
+
+
 def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
     run = tmp_path / "figX" / "fake" / "dadam3"
     run.mkdir(parents=True)

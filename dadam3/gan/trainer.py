@@ -217,9 +217,9 @@ class WGANTrainer:
             k = st.iteration
             self._accumulate(out)
             last = k == s.iterations
-            do_eval = bool(s.eval_every) and self.evaluate is not None and (k % s.eval_every == 0 or last)
+            do_eval = self._evaluating and (k % s.eval_every == 0 or last)
             checked = False
-            if k % s.log_every == 0 or last or do_eval:
+            if self.logs_on_grid(k) or last or do_eval:
                 self._check_params_finite()
                 checked = True
                 # an off-grid record (last iteration, evaluation) leaves the window running, so a
@@ -242,6 +242,15 @@ class WGANTrainer:
             bar.update(1)
             if signum and not last:
                 self._interrupted(signum)
+
+    @property
+    def _evaluating(self) -> bool:
+        return bool(self.s.eval_every) and self.evaluate is not None
+
+    def logs_on_grid(self, k: int) -> bool:
+        """Whether every run passing iteration k writes its record there (not only a run that
+        ends at k); stored in checkpoints, so a resumed log can be rewound exactly."""
+        return k % self.s.log_every == 0 or (self._evaluating and k % self.s.eval_every == 0)
 
     def _accumulate(self, out: dict[str, torch.Tensor]) -> None:
         w = self.state.window
@@ -326,6 +335,7 @@ class WGANTrainer:
                                  None),
             "config": self.config,
             "kind": CHECKPOINT_KIND,
+            "record_on_grid": self.logs_on_grid(self.state.iteration),
         }
 
     def save_checkpoint(self) -> Path:
