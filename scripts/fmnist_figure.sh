@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
+source scripts/runs.sh
 name=$1; experiment=$2; optimizers=$3; seeds=$4; shift 4
 out=${FMNIST_OUT:-results/fmnist}/$name
 smoke=()
@@ -21,24 +22,15 @@ if [ "${SMOKE:-0}" = 1 ]; then
          dataset.split=test)
 fi
 start=$(date +%s)
-declare -A label=([adam3]=Adam3 [oadagrad]=OAdagrad [dadam3]=Dadam3 [cadam3]=Cadam3 [dosg]=DOSG [cosg]=COSG)
 for seed in $seeds; do
   for opt in $optimizers; do
-    dir="$out/$opt/seed$seed"
-    args=("experiment=$experiment" "optimizer=$opt" "seed=$seed" "${smoke[@]}" "$@")
-    if tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
-      echo "$dir: finished, skipped"
-    elif [ -f "$dir/checkpoints/last.pt" ]; then
-      nice "$PY" -m dadam3.train "${args[@]}" "resume=$dir" hydra.run.dir="$dir"
-    else
-      nice "$PY" -m dadam3.train "${args[@]}" overwrite=true hydra.run.dir="$dir"
-    fi
+    train_or_resume "$out/$opt/seed$seed" "experiment=$experiment" "optimizer=$opt" "seed=$seed" "${smoke[@]}" "$@"
   done
 done
 runs=()
 for opt in $optimizers; do
   dirs=$(for seed in $seeds; do printf '%s,' "$out/$opt/seed$seed"; done)
-  runs+=(--run "${label[$opt]:-$opt}=${dirs%,}")
+  runs+=(--run "${LABEL[$opt]:-$opt}=${dirs%,}")
   first=$(echo "$seeds" | awk '{print $1}')
   last=$(ls "$out/$opt/seed$first"/samples/iter_*_avg.png | tail -n 1)
   cp "$last" "$out/samples_$opt.png"

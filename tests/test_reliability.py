@@ -93,7 +93,7 @@ def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
     records = [{"iteration": 80, "status": "finished"}, {"iteration": 80, "status": "resumed"},
                {"iteration": 100, "status": "running"}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    script = ROOT / "scripts" / "is_figure.sh"
+    script = ROOT / "scripts" / "runs.sh"             # the figure drivers' train_or_resume
     line = next(x for x in script.read_text().splitlines() if "the last record decides" in x)
     test = line.strip().removeprefix("if ").split("; then")[0].replace('"$dir', f'"{run}')
     assert subprocess.run(["bash", "-c", test]).returncode == 1           # not finished
