@@ -23,12 +23,7 @@ from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 from dadam3.train import build_trainer
 
-from trainer_runs import ROOT, TOY, config, train
-
-
-def cli(*args, module="dadam3.train", env=None, **kw):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=env, **kw)
+from trainer_runs import ROOT, TOY, cli, config, train
 
 
 def without_time(records):

@@ -20,7 +20,7 @@ from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 from dadam3.train import build_trainer, run
 
-from trainer_runs import ROOT, TOY, config, train
+from trainer_runs import ROOT, TOY, cli, config, train
 
 IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "batch_size=4",
           "device=cpu", "progress=false", "log_every=2", "sample_every=4", "checkpoint_every=3", "metrics.every=0",
@@ -142,11 +142,6 @@ def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, m
     ckpt = load(checkpoint_path(tmp_path))
     assert ckpt["iteration"] == 3
     assert all(torch.isfinite(v).all() for v in ckpt["D"].values())
-
-
-def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "dadam3.train", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, env=env)
 
 
 @pytest.mark.parametrize("args, start", [

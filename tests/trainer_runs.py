@@ -1,4 +1,6 @@
-"""What the trainer tests share: a composed config and a whole run in this process."""
+"""What the trainer tests share: a composed config, a whole run in this process, the CLI."""
+import subprocess
+import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -23,3 +25,9 @@ def train(overrides, run_dir):
     t.fit()
     t.finish()
     return t
+
+
+def cli(*args, module="dadam3.train", env=None, **kw):
+    """``python -m dadam3.train ARGS`` (or another module) in a subprocess, output captured."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, env=env, **kw)
