@@ -152,6 +152,9 @@ def main(argv=None) -> None:
         if not paths or not all((d / needs).is_file() for d in paths):
             print(f"error: --run={spec}: expected LABEL=DIR[,DIR...] with DIR/{needs}", file=sys.stderr)
             sys.exit(2)
+        if a.figure == "fig1" and len(paths) > 1:
+            print(f"error: --run={spec}: fig1 draws one run per label, got {len(paths)} directories", file=sys.stderr)
+            sys.exit(2)
         runs[label] = paths
     if a.figure == "fig1":
         runs = {label: dirs[0] for label, dirs in runs.items()}
