@@ -43,9 +43,10 @@ def image_scores(G: StackedNet, iteration: int, nz: int, samples: int, batch_siz
                  cache_root: str | None = None) -> dict:
     """IS / FID / KID through torch-fidelity (``feature_extractor`` a torch-fidelity name) of every
     node (``<metric>_mean`` = node average, ``<metric>_nodes``) and of the node-averaged model
-    (``<metric>_avg_model``); ``samples`` images each, from noise drawn by the global generator
-    (whose state checkpoints keep). FID and KID compare with ``reference`` (the data set's
-    training images; cached after the first call)."""
+    (``<metric>_avg_model``); ``samples`` images each, from fixed evaluation noise
+    (``fidelity_metrics`` samples under a forked RNG seeded with 0, the run's own RNG
+    untouched). FID and KID compare with ``reference`` (the data set's training images;
+    cached after the first call)."""
     from dadam3.metrics.inception import fidelity_metrics
 
     ref = next(G.parameters())
