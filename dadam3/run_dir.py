@@ -36,7 +36,7 @@ LOCK_FILE = ".lock"
 CHANGEABLE = ("optimizer.", "iterations", "log_every", "sample_every", "checkpoint_every", "n_critic",
               "gp_lambda", "metrics.", "logger.", "progress", "threads", "prefetch", "device", "cuda.",
               "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers", "backend",
-              "distributed.")
+              "distributed.", "autocast")
 NOT_CHANGEABLE = ("optimizer.name",)
 
 

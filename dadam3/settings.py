@@ -108,6 +108,7 @@ class LoopSettings:
     eval_every: int = 0
     seed: int = 0
     progress: bool = True
+    autocast: str | None = None      # None: float32 (TF32 on CUDA) | "bf16": forward/backward under torch.autocast
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class TrainSettings:
     overwrite: bool
     cuda_tf32: bool
     cuda_cudnn_benchmark: bool
+    cuda_compile_step: bool
     data: DataSettings
     model: ModelSettings
     optimizer: OptimizerSettings
@@ -178,7 +180,8 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
                         sample_every=check_int("sample_every", c["sample_every"], 1),
                         checkpoint_every=check_int("checkpoint_every", c["checkpoint_every"], 0),
                         eval_every=metrics.every, seed=seed,
-                        progress=check_bool("progress", c["progress"]))
+                        progress=check_bool("progress", c["progress"]),
+                        autocast=_autocast(c.get("autocast"), c["dtype"]))
     threads = c.get("threads")
     dist_cfg = c.get("distributed") or {}
     return TrainSettings(
@@ -193,8 +196,23 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
         overwrite=check_bool("overwrite", c.get("overwrite", False)),
         cuda_tf32=check_bool("cuda.tf32", c["cuda"]["tf32"]),
         cuda_cudnn_benchmark=check_bool("cuda.cudnn_benchmark", c["cuda"]["cudnn_benchmark"]),
+        cuda_compile_step=check_bool("cuda.compile_step", c["cuda"].get("compile_step", True)),
         data=data, model=model, optimizer=_optimizer(c["optimizer"]), topology=_topology(c["topology"]),
         logger=_logger(c["logger"]), metrics=metrics, loop=loop, config=_frozen(c))
+
+
+AUTOCAST = ("bf16",)
+
+
+def _autocast(value: Any, dtype: str) -> str | None:
+    """``autocast``: null (float32) or bf16 (only over float32 parameters)."""
+    if value is None:
+        return None
+    if value not in AUTOCAST:
+        raise ConfigError("autocast", value, f"unknown value; allowed: null, {', '.join(AUTOCAST)}")
+    if dtype != "float32":
+        raise ConfigError("autocast", value, f"needs dtype=float32 (dtype={dtype}); use autocast=null")
+    return value
 
 
 def synthetic_settings(cfg: DictConfig) -> SyntheticSettings:

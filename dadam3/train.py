@@ -65,8 +65,9 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
     G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
     G, D = G.to(device=device, dtype=s.dtype), D.to(device=device, dtype=s.dtype)
-    opt_g = build_optimizer(o.name, G.parameters(), mixer, **o.hparams)
-    opt_d = build_optimizer(o.name, D.parameters(), mixer, **o.hparams)
+    fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
+    opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, **o.hparams)
+    opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, **o.hparams)
 
     nz = G.in_shape[0]
     evaluate = evaluation_hook(dataset, s.metrics, nz, s.seed, device, s.dtype)   # checks weights before the log

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from dadam3.errors import ConfigError
 from dadam3.gan import (SequentialNet, StackedNet, build_nets, build_stacked_nets, critic_step,
@@ -329,3 +330,31 @@ def test_unknown_players_rejected():
     G, D, _, _ = stacked_and_loop("mlp", 2, 1 / 4)
     with pytest.raises(ValueError, match="players"):
         wgan_gp_step(G, D, *draw(G, 8, 0), players="gen")
+
+
+def test_stacked_instance_norm_equals_instance_norm_with_double_backward():
+    """StackedInstanceNorm2d (group_norm, one group per channel) against F.instance_norm, the
+    implementation it replaced: values, first derivatives and the penalty's second derivatives."""
+    from dadam3.gan.stacked import StackedInstanceNorm2d
+    gen = torch.Generator().manual_seed(0)
+    M, B, C = 3, 4, 5
+    norms = [nn.InstanceNorm2d(C, affine=True).double() for _ in range(M)]
+    for n in norms:
+        with torch.no_grad():
+            n.weight.copy_(torch.rand(C, generator=gen, dtype=torch.float64) + 0.5)
+            n.bias.copy_(torch.randn(C, generator=gen, dtype=torch.float64))
+    stacked = StackedInstanceNorm2d(norms)
+    h = torch.randn(B, M * C, 4, 4, generator=gen, dtype=torch.float64).requires_grad_()
+
+    def old(h):
+        return F.instance_norm(h, None, None, stacked.weight.reshape(-1), stacked.bias.reshape(-1), True, 0.0,
+                               stacked.eps)
+
+    outs = []
+    for fn in (stacked, old):
+        y = fn(h)
+        (gh,) = torch.autograd.grad((y ** 3).sum(), h, create_graph=True)        # a penalty-like 2nd order
+        second = torch.autograd.grad(gh.norm(), [h, stacked.weight, stacked.bias])
+        outs.append([y, gh, *second])
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -138,13 +138,18 @@ class StackedBatchNorm(nn.Module):
             if self.momentum is None:
                 factor = 1.0 / float(self.num_batches_tracked[0])
         use_batch_stats = self.training or self.running_mean is None
-        flat = (lambda t: None if t is None else t.view(-1))  # a view: updates land in the [M, C] buffers
-        return F.batch_norm(h, flat(self.running_mean), flat(self.running_var),
+        stats = (lambda t: None if t is None else t.view(-1))     # a view: updates land in the [M, C] buffers
+        flat = (lambda t: None if t is None else t.reshape(-1))   # parameters may be strided optimizer views
+        return F.batch_norm(h, stats(self.running_mean), stats(self.running_var),
                             flat(self.weight), flat(self.bias), use_batch_stats, factor, self.eps)
 
 
 class StackedInstanceNorm2d(nn.Module):
-    """M ``nn.InstanceNorm2d``s (no running statistics): per-sample, per-channel normalisation."""
+    """M ``nn.InstanceNorm2d``s (no running statistics): per-sample, per-channel normalisation,
+
+        y = (h - mean_HW h) / sqrt(var_HW h + eps) * weight_c + bias_c,
+
+    computed as ``F.group_norm`` with one group per channel of the ``[B, M·C, H, W]`` layout."""
 
     layout = CHANNEL_GROUPED
     hyper = ("num_features", "eps", "affine", "track_running_stats")
@@ -160,8 +165,11 @@ class StackedInstanceNorm2d(nn.Module):
         self.bias = _stack((n.bias for n in norms), True)
 
     def forward(self, h):
+        # group_norm with one group per channel is instance norm with a per-channel affine;
+        # F.instance_norm would run cuDNN's batch norm over B·M·C channels of a few pixels each
+        # (40 % of an H100 iteration, results/benchmarks.md)
         flat = (lambda t: None if t is None else t.reshape(-1))
-        return F.instance_norm(h, None, None, flat(self.weight), flat(self.bias), True, 0.0, self.eps)
+        return F.group_norm(h, h.shape[1], flat(self.weight), flat(self.bias), self.eps)
 
 
 class StackedLinear(nn.Module):

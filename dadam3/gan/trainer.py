@@ -4,7 +4,11 @@ One iteration k (the paper's simultaneous game, ``n_critic = 1``)::
 
     x ~ each node's data, z ~ N(0, I), eps ~ U[0, 1]       (one batch per node: [M, B, ...])
     grads  <- [grad_theta L_G, grad_alpha L_D] at the parameters (Z_k)   (wgan_gp_step)
-    opt_d.step(); opt_g.step()                               (update + gossip; params <- Z_{k+1})
+    step_together([opt_d, opt_g])          (update + gossip, one exchange per round for both
+                                            players; params <- Z_{k+1})
+
+``autocast="bf16"`` runs the gradient evaluation (forward passes, penalty, backward) under
+``torch.autocast``; parameters, gradients, optimizer state and gossip stay float32.
 
 With ``n_critic > 1`` the critic takes ``n_critic`` steps (fresh batches), then the
 generator one (alternating form, for users who want it; not the paper's).
@@ -33,6 +37,7 @@ from dadam3.errors import Diverged, RunStopped
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.metrics.consensus import consensus_distance
+from dadam3.optim import step_together
 from dadam3.run_logging import progress
 from dadam3.settings import LoopSettings
 
@@ -131,22 +136,27 @@ class WGANTrainer:
         """``[M, ...]``: row i drawn from node i's own generator."""
         return torch.stack([draw(g) for g in self.noise])
 
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16")
+
     def train_step(self) -> dict[str, torch.Tensor]:
         """One iteration; returns per-node values [M] (of the last critic step and the generator)."""
         if self.s.n_critic == 1:
-            out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+            with self._autocast():
+                out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self._check_finite(out)
             out["operator_norm"] = self._operator_norm()
-            self.opt_d.step()
-            self.opt_g.step()
+            step_together([self.opt_d, self.opt_g])
             return out
         for _ in range(self.s.n_critic):
-            out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+            with self._autocast():
+                out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self._check_finite(out)
             self.opt_d.step()
         z = self._noise(lambda g: torch.randn(self.s.batch_size, self.nz, generator=g, device=self.device,
                                               dtype=self.dtype))
-        g_out = generator_step(self.G, self.D, z)
+        with self._autocast():
+            g_out = generator_step(self.G, self.D, z)
         self._check_finite(g_out)
         out["loss_g"] = g_out["loss_g"]
         out["operator_norm"] = self._operator_norm()

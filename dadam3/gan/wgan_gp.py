@@ -104,8 +104,9 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
     want_g, want_d = _check_players(players)
     g_params, d_params = _trainable(G), _trainable(D)
 
+    # under torch.autocast the nets compute in bf16; scores and losses are kept in the inputs' dtype
     if not want_d:
-        d_fake = D(G(z))
+        d_fake = D(G(z)).to(z.dtype)
         loss_g = -d_fake.mean(dim=-1)
         _set_grads(g_params, _grad(loss_g.sum(), g_params))
         return _detached({"loss_g": loss_g, "d_fake": d_fake.mean(dim=-1)})
@@ -118,8 +119,8 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
     x_hat = interpolate(real, fake.detach(), eps).requires_grad_(True)
     # real and fake share one critic pass; x̂ gets its own, so the penalty's double
     # backward runs over B rows per node instead of 3B
-    d_real, d_fake = D(torch.cat([real, fake], dim=1)).split(real.shape[1], dim=1)
-    d_hat = D(x_hat)
+    d_real, d_fake = D(torch.cat([real, fake.to(real.dtype)], dim=1)).to(real.dtype).split(real.shape[1], dim=1)
+    d_hat = D(x_hat).to(x_hat.dtype)
     (grad_hat,) = torch.autograd.grad(d_hat.sum(), x_hat, create_graph=True)
     out = wgan_gp_objectives(d_real, d_fake, grad_hat, gp_lambda)
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam3 import Adam3, Dadam3
-from dadam3.optim.base import HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip
+from dadam3.optim.base import HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip, step_together
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
 from dadam3.optim.osg import DOSG
@@ -34,7 +34,7 @@ from dadam3.optim.simultaneous import DAdam, DSGD
 from dadam3.topology import Topology, build_topology
 
 __all__ = ["Adam3", "Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
-           "OptimisticGossip", "SingleSequenceGossip", "OPTIMIZERS", "Spec", "optimizer_spec",
+           "OptimisticGossip", "SingleSequenceGossip", "step_together", "OPTIMIZERS", "Spec", "optimizer_spec",
            "build_optimizer", "mixer_for"]
 
 
@@ -94,6 +94,8 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
     return make_mixer(build_topology(topology, nodes, rounds, **topology_kw))
 
 
-def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, **hparams) -> NodeOptimizer:
-    """Build optimizer ``name`` over stacked ``params`` (iterable of tensors or param groups)."""
-    return optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, **hparams)
+def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, compile: bool | None = None,
+                    **hparams) -> NodeOptimizer:
+    """Build optimizer ``name`` over stacked ``params`` (iterable of tensors or param groups);
+    ``compile``: fuse its update with torch.compile (None: on CUDA)."""
+    return optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, **hparams)

@@ -35,26 +35,25 @@ class Dadam3(OptimisticGossip):
                "eps": EPS, "beta1_decay": HParam(1.0, 0.0, 1.0, low_open=True, high_open=False),
                "lambda0": HParam(0.0)}
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    STATE = {"m": 0.0, "v": 0.0, "lam": "lambda0"}
 
-    def _init_direction_state(self, p, group):
-        return {"m": torch.zeros_like(p), "v": torch.zeros_like(p),
-                "lam": torch.full_like(p, group["lambda0"])}
-
-    def _write_direction(self, g, st, group, k, work):
+    def scalars(self, group, k):
         beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
-        b2, b3 = group["beta2"], group["beta3"]
-        st["m"].lerp_(g, 1 - beta1_k)                                             # M_k
-        st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)                            # V_k
-        torch.maximum(st["lam"], st["v"], out=work)                              # max(Lambda_{k-1}, V_k)
-        st["lam"].lerp_(work, 1 - b3)                                            # Lambda_k
-        torch.sqrt(st["lam"], out=work).add_(group["eps"])                       # sqrt(Lambda_k) + eps
-        torch.div(st["m"], work, out=st["d"])                                    # D_k
+        return [1 - beta1_k, 1 - group["beta2"], 1 - group["beta3"], group["eps"], -group["lr"]]
+
+    @staticmethod
+    def update(g, s, x, d, work, m, v, lam):
+        m.lerp_(g, s[0])                                     # M_k = b1k M + (1 - b1k) G_k
+        v.lerp_(g * g, s[1])                                 # V_k = b2 V + (1 - b2) G_k^2
+        torch.maximum(lam, v, out=work)                      # max(Lambda_{k-1}, V_k)
+        lam.lerp_(work, s[2])                                # Lambda_k
+        torch.sqrt(lam, out=work).add_(s[3])                 # sqrt(Lambda_k) + eps
+        torch.div(m, work, out=d)                            # D_k
+        torch.addcmul(x, d, s[4], out=work)                  # X_{k-1} - eta D_k
 
 
 class Adam3(Dadam3):
     """ADAptive Momentum Min-Max on one node (Algorithm 1): Dadam3 without mixing."""
 
-    def __init__(self, params, maximize: bool = False, **hparams):
-        super().__init__(params, None, maximize, **hparams)
+    def __init__(self, params, maximize: bool = False, compile: bool | None = None, **hparams):
+        super().__init__(params, None, maximize, compile, **hparams)

@@ -16,16 +16,25 @@ convention and the loop contract.
   default and allowed interval); the constructor checks what it is given against them,
   as ``torch.optim`` does, and the registry, the configs and the synthetic kernels read
   the same table.
+* Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
+  (:mod:`dadam3.optim.flat`), so a step is a few element-wise ops on whole buffers and one
+  mixer call per gossip round. Each algorithm writes its update once, as an in-place
+  function of whole buffers and a vector of per-step scalars (``update``); ``compile=True``
+  (the default on CUDA) runs it through ``torch.compile``, which fuses it into one kernel,
+  and the same function runs eagerly otherwise. :func:`step_together` steps several
+  optimizers that share a mixer with one exchange per gossip round for all of them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
+from dadam3.optim.flat import FlatGroup
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,18 @@ ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999,
 
 
 class NodeOptimizer(torch.optim.Optimizer):
-    """Base class: holds the mixer and the iteration counter ``k`` (steps taken so far)."""
+    """Base class: the mixer, the iteration counter ``k`` (steps taken so far) and the flat
+    buffers of each parameter group.
+
+    Subclasses declare ``HPARAMS``, ``STATE`` (name -> initial value, a number or the name
+    of a hyper-parameter, of each buffer besides the group's own) and the two halves of their
+    algorithm: ``scalars(group, k)``, the per-step numbers the update needs, and the static
+    in-place ``update`` on whole ``[n, P]`` buffers; the skeletons below say what it writes.
+    """
 
     HPARAMS: ClassVar[dict[str, HParam]] = {}
+    STATE: ClassVar[dict[str, float | str]] = {}
+    update: ClassVar[Callable[..., None]]
 
     @classmethod
     def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
@@ -65,8 +83,8 @@ class NodeOptimizer(torch.optim.Optimizer):
                                                              f"allowed: {', '.join(cls.HPARAMS)}")
         return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
 
-    def __init__(self, params: Iterable, hparams: Mapping[str, Any], mixer: Mixer | None = None,
-                 maximize: bool = False):
+    def __init__(self, params: Iterable, mixer: Mixer | None = None, maximize: bool = False,
+                 compile: bool | None = None, **hparams):
         super().__init__(params, {**self.check_hparams(hparams), "maximize": maximize})
         self.mixer = mixer
         self.k = 0
@@ -78,6 +96,27 @@ class NodeOptimizer(torch.optim.Optimizer):
                 if p.shape[0] != n:
                     raise ValueError(f"parameter of shape {tuple(p.shape)} has no leading node axis "
                                      f"of size {size}")
+        self.flat = [FlatGroup(group["params"]) for group in self.param_groups]
+        for group, flat in zip(self.param_groups, self.flat):
+            flat.state = {name: flat.new_buffer(group[init] if isinstance(init, str) else init)
+                          for name, init in self._state_init().items()}
+            flat.work = torch.empty_like(flat.param_buf)
+            flat.scalars = None
+            self._bind_state_views(flat)
+        device = self.flat[0].param_buf.device if self.flat else torch.device("cpu")
+        if compile is None:
+            compile = device.type == "cuda" and torch.cuda.is_available()
+        self.compiled = bool(compile)
+        self._update = compiled_update(type(self)) if self.compiled else type(self).update
+
+    def _state_init(self) -> dict[str, float | str]:
+        return dict(self.STATE)
+
+    def _bind_state_views(self, flat: FlatGroup) -> None:
+        """``optimizer.state[p][name]`` = p's view of each flat state buffer."""
+        for name, buf in flat.state.items():
+            for p, view in zip(flat.params, flat.views(buf)):
+                self.state[p][name] = view
 
     def set_hparams(self, hparams: Mapping[str, Any]) -> None:
         """Set hyper-parameters in every group (checked as in the constructor), e.g. a lower lr
@@ -92,22 +131,35 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             yield from group["params"]
 
-    def _grads(self):
-        """(group, param, operator component G) for every parameter that has a gradient."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    raise RuntimeError("every parameter needs a .grad before step(): the algorithms "
-                                       "move all players simultaneously")
-                yield group, p, (-p.grad if group["maximize"] else p.grad)
+    def _operator(self, group: dict, flat: FlatGroup) -> torch.Tensor:
+        """G of the group as one ``[n, P]`` buffer: the gradients (negated for ``maximize``)."""
+        flat.sync()
+        return -flat.grad_buf if group["maximize"] else flat.grad_buf
 
-    def _mix_into(self, tensors: list[torch.Tensor], out: list[torch.Tensor], k: int) -> None:
-        """out <- W_k^t tensors (a plain copy without a mixer)."""
-        if self.mixer is None:
-            for o, t in zip(out, tensors):
-                o.copy_(t)
-        else:
-            self.mixer.mix(tensors, k, out=out)
+    def _scalar_tensor(self, group: dict, flat: FlatGroup, k: int) -> torch.Tensor:
+        """``scalars(group, k)`` as a 1-D tensor on the buffers' device (an asynchronous copy on CUDA)."""
+        values = torch.tensor(self.scalars(group, k), dtype=flat.param_buf.dtype)
+        device = flat.param_buf.device
+        if device.type != "cuda":
+            return values.to(device)
+        if flat.scalars is None or flat.scalars.numel() != values.numel():
+            flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
+        if torch.cuda.is_available():
+            values = values.pin_memory()
+        return flat.scalars.copy_(values, non_blocking=True)
+
+    def scalars(self, group: dict, k: int) -> list[float]:
+        raise NotImplementedError
+
+    def _rounds(self) -> Iterator["MixRound"]:
+        """The step as a generator of its gossip rounds (see :func:`step_together`)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = _evaluate(closure)
+        step_together([self])
+        return loss
 
     # -- checkpointing ------------------------------------------------------------------
     def state_dict(self):
@@ -119,6 +171,45 @@ class NodeOptimizer(torch.optim.Optimizer):
         state_dict = dict(state_dict)
         self.k = int(state_dict.pop("k", 0))
         super().load_state_dict(state_dict)
+        # torch.optim replaced the state tensors by loaded copies: move them into the flat buffers
+        with torch.no_grad():
+            for flat in self.flat:
+                for name, buf in flat.state.items():
+                    flat.flatten([self.state[p][name] for p in flat.params], out=buf)
+                self._bind_state_views(flat)
+
+
+class MixRound:
+    """One gossip round of a step: ``outs <- W_k^t tensors`` (a plain copy without a mixer)."""
+
+    def __init__(self, tensors: list[torch.Tensor], outs: list[torch.Tensor], k: int):
+        self.tensors, self.outs, self.k = tensors, outs, k
+
+
+def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
+    """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
+    mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
+    message per neighbour for all players. Same results as stepping them one by one.
+
+    Optimizers with different mixers, classes or iteration counters are stepped one by one."""
+    optimizers = list(optimizers)
+    first = optimizers[0]
+    if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):
+        for opt in optimizers:
+            step_together([opt])
+        return
+    rounds = [opt._rounds() for opt in optimizers]
+    while True:
+        requests = [next(r, None) for r in rounds]
+        if requests[0] is None:
+            return
+        tensors = [t for req in requests for t in req.tensors]
+        outs = [o for req in requests for o in req.outs]
+        if first.mixer is None:
+            for o, t in zip(outs, tensors):
+                o.copy_(t)
+        else:
+            first.mixer.mix(tensors, requests[0].k, out=outs)
 
 
 class OptimisticGossip(NodeOptimizer):
@@ -130,59 +221,38 @@ class OptimisticGossip(NodeOptimizer):
         X_k = (X_{k-1} - eta D_k) W^t
 
     with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
-    Per parameter the state holds ``x`` (X), ``d`` (D) and the algorithm's own buffers.
-    Subclasses implement ``_init_direction_state`` and ``_write_direction`` (writes D_k into
-    ``state["d"]``). Instead of allocating temporaries, the step keeps one scratch tensor
-    per parameter: X - eta D is written there and the mixer reads it, for X_k and then
-    for Z_{k+1}.
+    Per group the state holds ``x`` (X), ``d`` (D) and the algorithm's own buffers, all flat.
+    ``update(g, s, x, d, work, *state)`` writes D_k into ``d``, the new state in place and
+    ``X_{k-1} - eta D_k`` into ``work``; the mixer reads ``work`` for X_k, then
+    ``X_k - eta D_k`` (written into ``work`` again) for Z_{k+1}.
     """
 
-    def __init__(self, params, hparams: Mapping[str, Any], mixer: Mixer | None = None,
-                 maximize: bool = False):
-        super().__init__(params, hparams, mixer, maximize)
-        self._work: dict[torch.Tensor, torch.Tensor] = {}    # scratch per parameter, not state
+    def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
+                 compile: bool | None = None, **hparams):
+        super().__init__(params, mixer, maximize, compile, **hparams)
         with torch.no_grad():
-            ps = list(self._params())
-            for group in self.param_groups:
-                for p in group["params"]:
-                    st = self.state[p]
-                    st["x"] = p.detach().clone()
-                    st["d"] = torch.zeros_like(p)
-                    st.update(self._init_direction_state(p, group))
-            self._mix_into([self.state[p]["x"] for p in ps], ps, 1)
+            for flat in self.flat:
+                flat.state["x"].copy_(flat.param_buf)
+            outs = [f.param_buf for f in self.flat]
+            if mixer is None:
+                pass                                                       # Z_1 = X_0
+            else:
+                mixer.mix([f.state["x"] for f in self.flat], 1, out=outs)   # Z_1 = X_0 W^t
 
-    def _init_direction_state(self, p: torch.Tensor, group: dict) -> dict:
-        return {}
+    def _state_init(self):
+        return {"x": 0.0, "d": 0.0, **self.STATE}
 
-    def _write_direction(self, g: torch.Tensor, state: dict, group: dict, k: int, work: torch.Tensor) -> None:
-        """Write D_k into ``state["d"]`` in place; ``work`` is scratch of p's shape (free to overwrite)."""
-        raise NotImplementedError
-
-    def _scratch(self, p: torch.Tensor) -> torch.Tensor:
-        work = self._work.get(p)
-        if work is None or work.shape != p.shape or work.dtype != p.dtype or work.device != p.device:
-            work = self._work[p] = torch.empty_like(p)
-        return work
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = _evaluate(closure)
+    def _rounds(self):
         self.k += 1
         k = self.k
-        params, states, lrs, before_mixing = [], [], [], []   # before_mixing: X - eta D, to be mixed
-        for group, p, g in self._grads():
-            st, work = self.state[p], self._scratch(p)
-            self._write_direction(g, st, group, k, work)                                # D_k
-            torch.add(st["x"], st["d"], alpha=-group["lr"], out=work)                   # X_{k-1} - eta D_k
-            params.append(p)
-            states.append(st)
-            lrs.append(group["lr"])
-            before_mixing.append(work)
-        self._mix_into(before_mixing, [st["x"] for st in states], k)                    # X_k
-        for st, lr, work in zip(states, lrs, before_mixing):
-            torch.add(st["x"], st["d"], alpha=-lr, out=work)                            # X_k - eta D_k
-        self._mix_into(before_mixing, params, k + 1)                                     # Z_{k+1}
-        return loss
+        for group, flat in zip(self.param_groups, self.flat):
+            st = flat.state
+            self._update(self._operator(group, flat), self._scalar_tensor(group, flat, k),
+                         st["x"], st["d"], flat.work, *(st[name] for name in self.STATE))
+        yield MixRound([f.work for f in self.flat], [f.state["x"] for f in self.flat], k)      # X_k
+        for group, flat in zip(self.param_groups, self.flat):
+            torch.add(flat.state["x"], flat.state["d"], alpha=-group["lr"], out=flat.work)      # X_k - eta D_k
+        yield MixRound([f.work for f in self.flat], [f.param_buf for f in self.flat], k + 1)  # Z_{k+1}
 
 
 class SingleSequenceGossip(NodeOptimizer):
@@ -190,31 +260,34 @@ class SingleSequenceGossip(NodeOptimizer):
 
         X_k = local_step(X_{k-1}, G_k) W^t
 
-    Subclasses implement ``_local_step`` (returns the point before mixing).
+    ``update(g, s, p, work, tmp, *state)`` writes the point before mixing into ``work``
+    (``tmp``: scratch of the same shape).
     """
 
-    def __init__(self, params, hparams: Mapping[str, Any], mixer: Mixer | None = None,
-                 maximize: bool = False):
-        super().__init__(params, hparams, mixer, maximize)
-        for p in self._params():
-            self.state[p].update(self._init_state(p))
+    def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
+                 compile: bool | None = None, **hparams):
+        super().__init__(params, mixer, maximize, compile, **hparams)
+        for flat in self.flat:
+            flat.tmp = torch.empty_like(flat.param_buf)
 
-    def _init_state(self, p: torch.Tensor) -> dict:
-        return {}
-
-    def _local_step(self, p: torch.Tensor, g: torch.Tensor, state: dict, group: dict, k: int) -> torch.Tensor:
-        raise NotImplementedError
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = _evaluate(closure)
+    def _rounds(self):
         self.k += 1
-        ps, x_half = [], []
-        for group, p, g in self._grads():
-            x_half.append(self._local_step(p, g, self.state[p], group, self.k))
-            ps.append(p)
-        self._mix_into(x_half, ps, self.k)
-        return loss
+        k = self.k
+        for group, flat in zip(self.param_groups, self.flat):
+            st = flat.state
+            self._update(self._operator(group, flat), self._scalar_tensor(group, flat, k),
+                         flat.param_buf, flat.work, flat.tmp, *(st[name] for name in self.STATE))
+        yield MixRound([f.work for f in self.flat], [f.param_buf for f in self.flat], k)
+
+
+_COMPILED: dict[type, Callable[..., None]] = {}
+
+
+def compiled_update(cls: type) -> Callable[..., None]:
+    """``cls.update`` through ``torch.compile`` (one fused kernel per buffer shape), cached per class."""
+    if cls not in _COMPILED:
+        _COMPILED[cls] = torch.compile(cls.update, fullgraph=True, dynamic=False)
+    return _COMPILED[cls]
 
 
 def _evaluate(closure):
@@ -225,10 +298,17 @@ def _evaluate(closure):
         return closure()
 
 
-def adam_direction(g: torch.Tensor, st: dict, group: dict, k: int) -> torch.Tensor:
-    """Bias-corrected Adam direction (Kingma & Ba 2015), updating st["m"], st["v"] in place:
-    m_k = b1 m + (1-b1) g, v_k = b2 v + (1-b2) g^2, D = (m_k/(1-b1^k)) / (sqrt(v_k/(1-b2^k)) + eps)."""
+def adam_scalars(group: dict, k: int) -> list[float]:
+    """[1 - b1, 1 - b2, 1 / (1 - b1^k), 1 / sqrt(1 - b2^k), eps] for :func:`adam_direction_`."""
     b1, b2 = group["beta1"], group["beta2"]
-    st["m"].mul_(b1).add_(g, alpha=1 - b1)
-    st["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
-    return (st["m"] / (1 - b1 ** k)) / ((st["v"] / (1 - b2 ** k)).sqrt() + group["eps"])
+    return [1 - b1, 1 - b2, 1 / (1 - b1 ** k), 1 / math.sqrt(1 - b2 ** k), group["eps"]]
+
+
+def adam_direction_(g, s, m, v, out) -> None:
+    """Bias-corrected Adam direction (Kingma & Ba 2015) into ``out``, m and v in place:
+    m_k = b1 m + (1-b1) g, v_k = b2 v + (1-b2) g^2, D = (m_k/(1-b1^k)) / (sqrt(v_k/(1-b2^k)) + eps).
+    ``s`` = :func:`adam_scalars`."""
+    m.lerp_(g, s[0])
+    v.lerp_(g * g, s[1])
+    torch.sqrt(v, out=out).mul_(s[3]).add_(s[4])                 # sqrt(v_hat) + eps
+    torch.div(m, out, out=out).mul_(s[2])                          # m_hat / (sqrt(v_hat) + eps)

@@ -23,13 +23,14 @@ class OAdagrad(OptimisticGossip):
 
     HPARAMS = {"lr": HParam(1e-2, 0.0, None, low_open=True), "delta": HParam(1e-8, 0.0, None, low_open=True)}
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    STATE = {"sum_sq": 0.0}
 
-    def _init_direction_state(self, p, group):
-        return {"sum_sq": torch.zeros_like(p)}
+    def scalars(self, group, k):
+        return [group["delta"], -group["lr"]]
 
-    def _write_direction(self, g, st, group, k, work):
-        st["sum_sq"].addcmul_(g, g)                                  # ||g_{1:k,i}||^2
-        torch.sqrt(st["sum_sq"], out=work).add_(group["delta"])      # diagonal of H_k
-        torch.div(g, work, out=st["d"])                              # D_k = H_k^{-1} g_k
+    @staticmethod
+    def update(g, s, x, d, work, sum_sq):
+        sum_sq.addcmul_(g, g)                                # ||g_{1:k,i}||^2
+        torch.sqrt(sum_sq, out=work).add_(s[0])              # diagonal of H_k
+        torch.div(g, work, out=d)                            # D_k = H_k^{-1} g_k
+        torch.addcmul(x, d, s[1], out=work)                  # x_{k-1} - eta D_k

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.optim.base import ADAM_HPARAMS, SingleSequenceGossip, adam_direction
+from dadam3.optim.base import ADAM_HPARAMS, SingleSequenceGossip, adam_direction_, adam_scalars
 
 
 class DPOAdam(SingleSequenceGossip):
@@ -23,14 +23,14 @@ class DPOAdam(SingleSequenceGossip):
 
     HPARAMS = ADAM_HPARAMS
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    STATE = {"m": 0.0, "v": 0.0, "d": 0.0}
 
-    def _init_state(self, p):
-        return {"m": torch.zeros_like(p), "v": torch.zeros_like(p), "d": torch.zeros_like(p)}
+    def scalars(self, group, k):
+        return adam_scalars(group, k) + [group["lr"], -2 * group["lr"]]
 
-    def _local_step(self, p, g, st, group, k):
-        d = adam_direction(g, st, group, k)                                   # D_k
-        x_half = p - 2 * group["lr"] * d + group["lr"] * st["d"]
-        st["d"] = d
-        return x_half
+    @staticmethod
+    def update(g, s, p, work, tmp, m, v, d):
+        adam_direction_(g, s, m, v, out=tmp)                 # D_k
+        torch.addcmul(p, d, s[5], out=work)                  # X_{k-1} + eta D_{k-1}
+        work.addcmul_(tmp, s[6])                             #   - 2 eta D_k
+        d.copy_(tmp)

@@ -10,6 +10,8 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 """
 from __future__ import annotations
 
+import torch
+
 from dadam3.optim.base import LR, OptimisticGossip
 
 
@@ -18,8 +20,10 @@ class DOSG(OptimisticGossip):
 
     HPARAMS = {"lr": LR}
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    def scalars(self, group, k):
+        return [-group["lr"]]
 
-    def _write_direction(self, g, st, group, k, work):
-        st["d"].copy_(g)  # D_k = G_k, copied so a later zero_grad cannot change it
+    @staticmethod
+    def update(g, s, x, d, work):
+        d.copy_(g)                                           # D_k = G_k (a copy: a later zero_grad cannot change it)
+        torch.addcmul(x, d, s[0], out=work)                  # X_{k-1} - eta G_k

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.optim.base import ADAM_HPARAMS, LR, SingleSequenceGossip, adam_direction
+from dadam3.optim.base import ADAM_HPARAMS, LR, SingleSequenceGossip, adam_direction_, adam_scalars
 
 
 class DSGD(SingleSequenceGossip):
@@ -17,11 +17,12 @@ class DSGD(SingleSequenceGossip):
 
     HPARAMS = {"lr": LR}
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    def scalars(self, group, k):
+        return [-group["lr"]]
 
-    def _local_step(self, p, g, st, group, k):
-        return p - group["lr"] * g
+    @staticmethod
+    def update(g, s, p, work, tmp):
+        torch.addcmul(p, g, s[0], out=work)                  # X_{k-1} - eta g_k
 
 
 class DAdam(SingleSequenceGossip):
@@ -29,11 +30,12 @@ class DAdam(SingleSequenceGossip):
 
     HPARAMS = ADAM_HPARAMS
 
-    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
-        super().__init__(params, hparams, mixer, maximize)
+    STATE = {"m": 0.0, "v": 0.0}
 
-    def _init_state(self, p):
-        return {"m": torch.zeros_like(p), "v": torch.zeros_like(p)}
+    def scalars(self, group, k):
+        return adam_scalars(group, k) + [-group["lr"]]
 
-    def _local_step(self, p, g, st, group, k):
-        return p - group["lr"] * adam_direction(g, st, group, k)
+    @staticmethod
+    def update(g, s, p, work, tmp, m, v):
+        adam_direction_(g, s, m, v, out=tmp)                 # D_k
+        torch.addcmul(p, tmp, s[5], out=work)                # X_{k-1} - eta D_k

@@ -1,0 +1,25 @@
+"""DOSG / COSG: decentralized (centralized) optimistic stochastic gradient.
+
+Liu, Zhang, Cui, Das, Yang, "A Decentralized Parallel Algorithm for Training
+Generative Adversarial Nets", NeurIPS 2020 (DPOSG). Here in the same two-sequence
+form as Dadam3 with the raw stochastic operator in place of D:
+
+    Z_k = (X_{k-1} - eta G_{k-1}) W^t,   G_k at Z_k,   X_k = (X_{k-1} - eta G_k) W^t
+
+with G_0 = 0. COSG is the complete graph W = 11^T/M.
+"""
+from __future__ import annotations
+
+from .base import LR, OptimisticGossip
+
+
+class DOSG(OptimisticGossip):
+    """Decentralized optimistic stochastic gradient (see module docstring); hyper-parameter lr."""
+
+    HPARAMS = {"lr": LR}
+
+    def __init__(self, params, mixer=None, maximize: bool = False, **hparams):
+        super().__init__(params, hparams, mixer, maximize)
+
+    def _write_direction(self, g, st, group, k, work):
+        st["d"].copy_(g)  # D_k = G_k, copied so a later zero_grad cannot change it
