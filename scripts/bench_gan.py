@@ -40,6 +40,7 @@ minutes).  With one thread the CPU default (width 0.25, batch 16, M = 1, 5, 15) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -48,6 +49,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,7 +58,7 @@ from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
 from dadam3.gan.loop_reference import LoopReference  # noqa: E402
 from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
 from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
-from dadam3.optim import build_optimizer, mixer_for  # noqa: E402
+from dadam3.optim import build_optimizer, mixer_for, step_together  # noqa: E402
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
 HPARAMS = dict(lr=5e-5, beta1=0.5, beta2=0.999, beta3=0.5)   # Table "Training Parameters"
@@ -177,6 +179,114 @@ def count_flops(step) -> tuple[int, dict[str, int]]:
     return int(fc.get_total_flops()), by_op
 
 
+def copy_rate(device, dtype=torch.float32, n=1 << 28) -> float:
+    """Device copy rate in bytes/s (bytes read + written) of one large tensor copy, median of 10."""
+    if device.type != "cuda":
+        n = 1 << 24
+    a, b = torch.empty(n, device=device, dtype=dtype).normal_(), torch.empty(n, device=device, dtype=dtype)
+    times = time_iterations(lambda: b.copy_(a), device, 10, 30.0)[0]
+    return 2 * a.numel() * a.element_size() / statistics.median(times)
+
+
+class OpBytes(TorchDispatchMode):
+    """Counts aten ops and the bytes they move: every tensor argument read once, every output
+    written once (views and metadata ops move nothing). A fused (compiled) update is counted
+    by :func:`count_fused` as one op reading its inputs and writing what it mutates."""
+
+    FREE = ("view", "_unsafe_view", "as_strided", "select", "slice", "unbind", "detach", "alias", "t",
+            "transpose", "expand", "reshape", "unsqueeze", "squeeze", "lift_fresh", "_to_copy_scalar")
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.bytes = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if name not in self.FREE:
+            self.ops += 1
+            reads = args[1:] if name == "copy_" else args          # a copy does not read its destination
+            reads = (reads, {k: v for k, v in kwargs.items() if k != "out"})
+            self.bytes += _nbytes(reads) + _nbytes(out)
+        return out
+
+
+def _nbytes(tree) -> int:
+    return sum(t.numel() * t.element_size() for t in torch.utils._pytree.tree_leaves(tree)
+               if isinstance(t, torch.Tensor) and t.dim() > 0)
+
+
+def count_optimizer(opts, counter: OpBytes):
+    """Ops and bytes of one joint step of ``opts``; a compiled update counts as one op reading every
+    buffer argument and writing d, work and the state buffers (what the fused kernel moves)."""
+    originals = []
+    for opt in opts:
+        if opt.compiled:
+            fused = opt._update
+
+            def counted(g, s, *bufs, _fused=fused):
+                counter.ops += 1
+                size = g.numel() * g.element_size()
+                # reads: g, x and the state buffers; writes: d, work and the state buffers
+                n_state = len(bufs) - 3
+                counter.bytes += size * ((2 + n_state) + (2 + n_state))
+                with torch.utils._python_dispatch._disable_current_modes():
+                    return _fused(g, s, *bufs)
+            originals.append((opt, fused))
+            opt._update = counted
+    try:
+        with counter:
+            step_together(list(opts))
+    finally:
+        for opt, fused in originals:
+            opt._update = fused
+    return counter.ops, counter.bytes
+
+
+def norm_share(step, device, iters: int = 3) -> tuple[float, float]:
+    """(share of device time in normalisation ops, device ms per iteration) by torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=acts) as prof:
+        for _ in range(iters):
+            step()
+        synchronize(device)
+    total = norm = 0.0
+    for evt in prof.key_averages():
+        t = evt.self_device_time_total if device.type == "cuda" else evt.self_cpu_time_total
+        total += t
+        if "norm" in evt.key.lower() and "vector_norm" not in evt.key and "linalg" not in evt.key:
+            norm += t
+    return (norm / total if total else 0.0), total / iters / 1e3
+
+
+DADAM3_PASSES = 17   # 4-byte passes over the stacked values per Dadam3 step (docs: results/benchmarks.md)
+
+
+def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_iter) -> str:
+    """One markdown row: each part of the iteration against its floor."""
+    t = {k: statistics.median(time_iterations(parts[k], device, iters, max_seconds)[0]) for k in
+         ("grads", "optimize", "mix")}
+    values = sum(f.param_buf.numel() for f in parts["flats"])
+    size = parts["flats"][0].param_buf.element_size()
+    opt_floor = DADAM3_PASSES * values * size / rate_bytes
+    mix_floor = 2 * values * size / rate_bytes
+    g_flops, _ = count_flops(parts["grads"])
+    g_floor = g_flops / (peak * 1e12) if peak else None
+    share, _ = norm_share(step, device)
+    ops, nbytes = count_optimizer(parts["opts"], OpBytes())
+    mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
+    g_s = f"{1e3 * t['grads']:.1f} ({1e3 * g_floor:.1f}; {100 * g_floor / t['grads']:.0f}%)" if g_floor \
+        else f"{1e3 * t['grads']:.1f} ({g_flops / 1e9:.1f} GFLOP)"
+    line = (f"| {M} | {1e3 * t_iter:.1f} | {g_s} | {1e3 * t['optimize']:.2f} ({1e3 * opt_floor:.2f}; "
+            f"{t['optimize'] / opt_floor:.1f}x) | {1e3 * t['mix']:.2f} ({1e3 * mix_floor:.2f}; "
+            f"{t['mix'] / mix_floor:.1f}x) | {100 * share:.1f}% | {ops} / {nbytes / (size * values):.1f} x {size}P "
+            f"| {mem:.2f} |")
+    print(f"M={M} breakdown: {line}", flush=True)
+    return line
+
+
 def make_inputs(M: int, batch: int, device, dtype):
     """Fixed real batch (uniform in [-1, 1]), noise z and interpolation weights eps."""
     gen = torch.Generator().manual_seed(1)
@@ -192,21 +302,37 @@ def make_nets(M: int, width: float, device, dtype):
     return G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
 
 
-def make_batched(M: int, width: float, batch: int, device, dtype, topology: str):
-    """The batched iteration: wgan_gp_step on the stacked nets, then both Dadam3 steps (one mixer)."""
+def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
+                 compile: bool | None = None):
+    """The batched iteration: wgan_gp_step on the stacked nets, then both Dadam3 steps together
+    (one mixer call per gossip round for both players). Returns the iteration and its parts."""
     G, D = make_nets(M, width, device, dtype)
     mixer = mixer_for("dadam3", M, topology=topology)
-    opt_g = build_optimizer("dadam3", G.parameters(), mixer, **HPARAMS)
-    opt_d = build_optimizer("dadam3", D.parameters(), mixer, **HPARAMS)
+    opt_g = build_optimizer("dadam3", G.parameters(), mixer, compile=compile, **HPARAMS)
+    opt_d = build_optimizer("dadam3", D.parameters(), mixer, compile=compile, **HPARAMS)
     real, z, eps = make_inputs(M, batch, device, dtype)
+    cast = torch.autocast(device.type, dtype=torch.bfloat16) if autocast == "bf16" else contextlib.nullcontext()
+
+    def grads():
+        with cast:
+            wgan_gp_step(G, D, real, z, eps)
+
+    def optimize():
+        step_together([opt_d, opt_g])
 
     def step():
-        wgan_gp_step(G, D, real, z, eps)
-        opt_d.step()
-        opt_g.step()
+        grads()
+        optimize()
 
     n_params = sum(p[0].numel() for p in G.parameters()), sum(p[0].numel() for p in D.parameters())
-    return step, mixer, n_params
+    flats = [f for opt in (opt_d, opt_g) for f in opt.flat]
+    scratch = [torch.empty_like(f.param_buf) for f in flats]
+
+    def mix():      # one gossip round of both players' buffers (the optimizers do two per step)
+        mixer.mix([f.param_buf for f in flats], 1, out=scratch)
+
+    parts = dict(grads=grads, optimize=optimize, mix=mix, opts=(opt_d, opt_g), flats=flats)
+    return step, mixer, n_params, parts
 
 
 def make_loop(M: int, width: float, batch: int, device, dtype, topology: str):
@@ -215,7 +341,7 @@ def make_loop(M: int, width: float, batch: int, device, dtype, topology: str):
     Gs, Ds = G.to_modules(), D.to_modules()
     del G, D
     mixer = mixer_for("dadam3", M, topology=topology)
-    loop = LoopReference(Gs, Ds, lambda ps: build_optimizer("dadam3", ps, mixer, **HPARAMS))
+    loop = LoopReference(Gs, Ds, lambda ps: build_optimizer("dadam3", ps, mixer, compile=False, **HPARAMS))
     real, z, eps = make_inputs(M, batch, device, dtype)
     return lambda: loop.step(real, z, eps)
 
@@ -223,7 +349,7 @@ def make_loop(M: int, width: float, batch: int, device, dtype, topology: str):
 def full_width_flops() -> dict:
     """Per-sample FLOPs of one iteration at width 1 (M = 1, batch 1) on the meta device."""
     meta = torch.device("meta")
-    batched, _, n_params = make_batched(1, 1.0, 1, meta, torch.float32, "ring")
+    batched, _, n_params, _ = make_batched(1, 1.0, 1, meta, torch.float32, "ring", compile=False)
     loop = make_loop(1, 1.0, 1, meta, torch.float32, "ring")
     out = {"batched": count_flops(batched), "loop": count_flops(loop), "params": n_params}
     # one forward pass of each net, per sample, for reading the totals
@@ -256,6 +382,10 @@ def main() -> None:
                    help="device peak for the utilisation column (default on CUDA/float32/TF32: by device name)")
     p.add_argument("--no-tf32", action="store_true", help="on CUDA, keep fp32 matmuls/convs in IEEE fp32")
     p.add_argument("--skip-loop", action="store_true", help="do not time the loop reference")
+    p.add_argument("--autocast", choices=["bf16"], default=None, help="gradient evaluation under bf16 autocast")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="fuse the optimizer update with torch.compile (auto: on CUDA)")
+    p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
     a = p.parse_args()
     t_start = time.perf_counter()
 
@@ -319,12 +449,17 @@ def main() -> None:
     print()
 
     # ---- per M ----------------------------------------------------------------------------
-    rows = []
+    rows, breakdowns = [], []
+    rate_bytes = copy_rate(device, dtype)
+    print(f"measured copy rate: {rate_bytes / 1e9:.0f} GB/s (bytes read + written, one large copy)")
     for M, n_it in zip(a.nodes, iters):
         # (a) batched: FLOP count (= first, untimed iteration), warm-up, timed pass(es)
-        batched, mixer, _ = make_batched(M, width, batch, device, dtype, a.topology)
+        compile_ = {"auto": None, "on": True, "off": False}[a.compile]
+        batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(max(1, warmup // 2)):       # compiles the fused update before the FLOP count
+            batched()
         flops, by_op = count_flops(batched)
         for _ in range(warmup):
             batched()
@@ -338,7 +473,10 @@ def main() -> None:
                 t_b, m_i = time_iterations(batched, device, n_it, max_seconds, timer)
             t_i = t_b
         mem = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
-        del batched, mixer, timer
+        if not a.no_breakdown:
+            breakdowns.append(breakdown(M, parts, batched, device, n_it, max_seconds, rate_bytes, peak,
+                                        statistics.median(t_b)))
+        del batched, mixer, timer, parts
         # (b) loop reference, built after the batched path is freed
         t_l, loop_flops, mem_l = None, None, None
         if not a.skip_loop:
@@ -379,6 +517,15 @@ def main() -> None:
               + f")  achieved {rate:.1f} GFLOP/s{util}{mem_s}", flush=True)
 
     print(f"\ntotal wall time {time.perf_counter() - t_start:.0f} s")
+
+    if breakdowns:
+        print()
+        print("| M | iteration ms | gradients ms (FLOP floor, share of peak) | optimizer steps ms (bytes floor; "
+              "x floor) | one mix of both players ms (floor; x floor) | norm layers' share of device time "
+              "| optimizer ops / bytes per iteration | peak GiB |")
+        print("|---|---|---|---|---|---|---|---|")
+        for b in breakdowns:
+            print(b)
 
     # ---- markdown table -------------------------------------------------------------------
     print()
