@@ -115,7 +115,8 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
                          f"{vals.mean():.3f}" + (f" ± {vals.std(ddof=1):.3f}" if len(vals) > 1 else ""))
         ends = [read_jsonl(d / "metrics.jsonl")[-1] for d in run_dirs]
         its = sorted({r["iteration"] for r in ends})
-        status = "" if all(r.get("status") == "finished" for r in ends) else " (not finished)"
+        status = ("" if all(r.get("status") == "finished" for r in ends) else
+                  " (diverged)" if any(r.get("status") == "diverged" for r in ends) else " (not finished)")
         wall = np.mean([r.get("time", float("nan")) for r in ends])
         lines.append(f"| {label} | {len(run_dirs)} | {'/'.join(map(str, its))}{status} | " + " | ".join(cells)
                      + f" | {wall:.0f} |")

@@ -4,8 +4,8 @@
 # usage: scripts/fmnist_figure.sh NAME EXPERIMENT "OPTIMIZERS" "SEEDS" [hydra overrides...]
 # Trains experiment=EXPERIMENT for every seed and optimizer into
 # ${FMNIST_OUT:-results/fmnist}/NAME/<optimizer>/seed<seed>/ (seed by seed, so a partial run
-# already covers every method; an interrupted run is resumed, a finished one skipped: the last
-# record of its metrics.jsonl decides), then draws IS and FID against iteration (node mean
+# already covers every method; an interrupted run is resumed, a finished or diverged one skipped:
+# the last record of its metrics.jsonl decides), then draws IS and FID against iteration (node mean
 # solid, node-averaged model dashed, band of mean ± 1 sample SD over seeds) into
 # NAME_fidelity.png and writes summary.md (final IS / FID / KID, mean ± sample SD over seeds,
 # and the path of each method's last averaged-model sample grid of the first seed).
@@ -39,6 +39,9 @@ sys.exit(0 if last.get("status") == "finished" and last["iteration"] < int(sys.a
 PYEOF
 }
 
+# diverged DIR: the run stopped on a NaN/Inf (the trainer's last record says so)
+diverged() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | grep -q '"status": "diverged"'; }
+
 # tidy DIR: the repository's absolute path out of train.log; byte copies removed
 tidy() {
   local dir=$1 f avg
@@ -60,10 +63,12 @@ for seed in $seeds; do
   for opt in $optimizers; do
     dir=$out/$opt/seed$seed
     args=("experiment=$experiment" "optimizer=$opt" "seed=$seed" "${extra[@]}" "$@")
-    if finished_short "$dir"; then
-      nice "$PY" -m dadam3.train "${args[@]}" "resume=$dir" hydra.run.dir="$dir"
+    if diverged "$dir"; then
+      echo "$dir: diverged, skipped (its last record says where)"
+    elif finished_short "$dir"; then
+      nice "$PY" -m dadam3.train "${args[@]}" "resume=$dir" hydra.run.dir="$dir" || diverged "$dir"
     else
-      train_or_resume "$dir" "${args[@]}"
+      train_or_resume "$dir" "${args[@]}" || diverged "$dir"   # a divergence is a result, not a failure
     fi
     tidy "$dir"
   done
@@ -74,8 +79,8 @@ first=$(echo "$seeds" | awk '{print $1}')
 for opt in $optimizers; do
   dirs=$(for seed in $seeds; do printf '%s,' "$out/$opt/seed$seed"; done)
   runs+=(--run "${LABEL[$opt]:-$opt}=${dirs%,}")
-  last=$(ls "$out/$opt/seed$first"/samples/iter_*_avg.png | tail -n 1)
-  grids+=("[${LABEL[$opt]:-$opt}](${last#"$out/"})")
+  last=$(ls "$out/$opt/seed$first"/samples/iter_*_avg.png 2>/dev/null | tail -n 1 || true)
+  if [ -n "$last" ]; then grids+=("[${LABEL[$opt]:-$opt}](${last#"$out/"})"); else grids+=("${LABEL[$opt]:-$opt}: none"); fi
 done
 "$PY" -m dadam3.plot fidelity "${runs[@]}" --out "$out/${name##*/}_fidelity.png"
 "$PY" -m dadam3.plot summary "${runs[@]}" --out "$out/summary.md"

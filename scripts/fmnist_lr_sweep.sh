@@ -8,10 +8,12 @@
 # The 2e-4 rows are the seed-0 runs of scripts/fmnist_fig3.sh (not trained twice). Writes
 # results/fmnist/lr_sweep/lr<lr>/ (the runs, <lr>_fidelity.png, summary.md per step size) and
 # results/fmnist/lr_sweep/summary.md (every method at every step size it ran). SUMMARY_ONLY=1:
-# no training, just that summary from the runs that exist (an unfinished run says so).
-# Extra arguments go to every run.
+# no training, just that summary from the runs that exist (an unfinished or diverged run says
+# so). A diverged run (NaN/Inf) is a result: it is not retrained. Extra arguments go to every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the preset's length: a run that finished short of it (e.g. a probe with ITERATIONS=250) goes on
+if [ "${SMOKE:-0}" != 1 ]; then export ITERATIONS=${ITERATIONS:-1500}; fi
 out=${FMNIST_OUT:-results/fmnist}
 lrs=${LRS-5e-5 8e-4}
 sgd_lrs=${SGD_LRS-3.2e-3 1.28e-2 5.12e-2}
@@ -33,7 +35,7 @@ for opt in dadam3 cadam3 dosg cosg; do
     [ -f "$dir/metrics.jsonl" ] || continue
     runs+=(--run "$opt, lr $lr=$dir")
     if tail -n 1 "$dir/metrics.jsonl" | grep -q '"status": "diverged"'; then
-      notes+=("$opt at lr $lr diverged: $(tail -n 1 "$dir/metrics.jsonl")")
+      notes+=("$opt at lr $lr diverged: $(tail -n 1 "$dir/metrics.jsonl" | sed -n 's/.*"message": "\([^"]*\)".*/\1/p').")
     fi
   done
 done
@@ -41,5 +43,5 @@ done
 {
   echo
   echo "One seed (0) per step size. The lr 2e-4 rows are the seed-0 runs of Fig. 3 (\`fig3/<method>/seed0\`)."
-  for n in "${notes[@]}"; do echo; echo "$n"; done
+  if [ ${#notes[@]} -gt 0 ]; then echo; printf -- '- %s\n' "${notes[@]}"; fi
 } >> "$out/lr_sweep/summary.md"
