@@ -8,10 +8,12 @@
   node-averaged model dashed, one curve per training run directory.
 * ``fidelity``: IS and FID against iterations, the same way.
 * ``summary``: a markdown table (``--out FILE.md``) of each run's last IS / FID / KID (mean ±
-  std over the label's runs), iteration and wall time.
+  sample standard deviation over the label's runs), iteration and wall time.
 
 ``--run LABEL=DIR1,DIR2,...`` (the same run with several seeds) draws the seeds' mean with
-a band of ± one standard deviation (for ``toy``, ``is`` and ``fidelity``).
+a band of ± one sample standard deviation (for ``toy``, ``is`` and ``fidelity``). Every
+standard deviation here is the sample one (n − 1 in the denominator): a handful of seeds is a
+sample of the runs one could make.
 """
 from __future__ import annotations
 
@@ -63,16 +65,18 @@ def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
 
 
 def seed_series(run_dirs: list[Path], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(iterations, mean, std) of ``key`` over the runs (seeds), at the iterations all of them logged."""
+    """(iterations, mean, sample std (n − 1; 0 for one run)) of ``key`` over the runs (seeds), at the
+    iterations all of them logged."""
     series = [dict(zip(*read_jsonl_metric(d, key))) for d in run_dirs]
     common = sorted(set.intersection(*(set(s) for s in series))) if series else []
     values = np.array([[s[i] for i in common] for s in series], dtype=float).reshape(len(series), len(common))
-    return np.array(common), values.mean(axis=0), values.std(axis=0)
+    std = values.std(axis=0, ddof=1) if len(series) > 1 else np.zeros(len(common))
+    return np.array(common), values.mean(axis=0), std
 
 
 def curves(runs: dict[str, list[Path]], out: Path, panels: list[tuple[str, str, str | None]], title: str) -> None:
     """One panel per (metric key, y label, optional dashed companion key); a label with several run
-    directories (seeds) is drawn as their mean with a band of ± one standard deviation."""
+    directories (seeds) is drawn as their mean with a band of ± one sample standard deviation."""
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (key, ylabel, dashed) in zip(axes[0], panels):
         for label, run_dirs in runs.items():
@@ -94,7 +98,7 @@ def curves(runs: dict[str, list[Path]], out: Path, panels: list[tuple[str, str, 
 
 
 def summary(runs: dict[str, list[Path]], out: Path) -> None:
-    """A markdown table: each label's last evaluation (mean ± std over its runs) and wall time."""
+    """A markdown table: each label's last evaluation (mean ± sample std over its runs) and wall time."""
     from dadam3.run_logging import read_jsonl
 
     keys = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
@@ -108,13 +112,15 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
             last = [read_jsonl_metric(d, key) for d in run_dirs]
             vals = np.array([y[-1] for _, y in last if y], dtype=float)
             cells.append("–" if len(vals) < len(run_dirs) else
-                         f"{vals.mean():.3f}" + (f" ± {vals.std():.3f}" if len(vals) > 1 else ""))
+                         f"{vals.mean():.3f}" + (f" ± {vals.std(ddof=1):.3f}" if len(vals) > 1 else ""))
         ends = [read_jsonl(d / "metrics.jsonl")[-1] for d in run_dirs]
         its = sorted({r["iteration"] for r in ends})
-        status = "" if all(r.get("status") == "finished" for r in ends) else " (not finished)"
+        status = ("" if all(r.get("status") == "finished" for r in ends) else
+                  " (diverged)" if any(r.get("status") == "diverged" for r in ends) else " (not finished)")
         wall = np.mean([r.get("time", float("nan")) for r in ends])
         lines.append(f"| {label} | {len(run_dirs)} | {'/'.join(map(str, its))}{status} | " + " | ".join(cells)
                      + f" | {wall:.0f} |")
+    lines += ["", "Last evaluation of each run; with several seeds, mean ± sample standard deviation (n − 1) over them."]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
 
@@ -132,7 +138,7 @@ FIGURES = {
     "fidelity": ("metrics.jsonl", lambda runs, out: curves(
         runs, out, [("is_mean", "IS (higher is better)", "is_avg_model"),
                     ("fid_mean", "FID (lower is better)", "fid_avg_model")],
-        "IS and FID (solid: mean over nodes, dashed: node-averaged model; bands: ± 1 std over seeds)")),
+        "IS and FID (solid: mean over nodes, dashed: node-averaged model; bands: ± 1 sample SD over seeds)")),
     "summary": ("metrics.jsonl", summary),
 }
 

@@ -33,9 +33,9 @@ def seeds(tmp_path):
     return a, b
 
 
-def test_seed_series_is_mean_and_std_at_the_common_iterations(seeds):
+def test_seed_series_is_mean_and_sample_std_at_the_common_iterations(seeds):
     x, mean, std = seed_series(list(seeds), "is_mean")
-    assert x.tolist() == [10, 20] and mean.tolist() == [3.0, 4.0] and np.allclose(std, [1.0, 1.0])
+    assert x.tolist() == [10, 20] and mean.tolist() == [3.0, 4.0] and np.allclose(std, [2 ** 0.5, 2 ** 0.5])   # sample SD (n − 1)
 
 
 def test_summary_table_holds_the_last_values_over_seeds(seeds, tmp_path):
@@ -43,8 +43,8 @@ def test_summary_table_holds_the_last_values_over_seeds(seeds, tmp_path):
     r = _plot("summary", "--run", f"Dadam3={seeds[0]},{seeds[1]}", "--out", str(out))
     assert r.returncode == 0, r.stderr
     row = out.read_text().splitlines()[2]
-    assert row.startswith("| Dadam3 | 2 | 20 | 4.000 ± 1.000 |") and row.endswith("| 110 |"), row
-    assert "30.000 ± 10.000" in row
+    assert row.startswith("| Dadam3 | 2 | 20 | 4.000 ± 1.414 |") and row.endswith("| 110 |"), row
+    assert "30.000 ± 14.142" in row and "sample standard deviation (n − 1)" in out.read_text()
 
 
 @pytest.mark.parametrize("figure, run, says", [
