@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import torch
+from torch._guards import detect_fake_mode
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
@@ -144,8 +145,8 @@ class NodeOptimizer(torch.optim.Optimizer):
             return values.to(device)
         if flat.scalars is None or flat.scalars.numel() != values.numel():
             flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-        if torch.cuda.is_available():
-            values = values.pin_memory()
+        if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
+            values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
         return flat.scalars.copy_(values, non_blocking=True)
 
     def scalars(self, group: dict, k: int) -> list[float]:
