@@ -41,7 +41,10 @@ class ConfigError(ValueError):
 
 def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
                 low_open: bool = False, high_open: bool = True) -> float:
-    """Raise :class:`ConfigError` unless ``value`` lies in the stated interval."""
+    """Raise :class:`ConfigError` unless ``value`` lies in the stated interval (bools and strings
+    are not numbers)."""
+    if isinstance(value, (bool, str)):
+        raise ConfigError(key, value, "must be a number")
     try:
         v = float(value)
     except (TypeError, ValueError):
