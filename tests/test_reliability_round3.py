@@ -311,14 +311,18 @@ def test_12_toy_gaussians_script_resumes_instead_of_deleting(tmp_path):
 
 @pytest.mark.slow
 def test_12_ctrl_c_in_the_synthetic_runner_writes_what_it_has(tmp_path):
+    run = tmp_path / "run"
     p = subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", "iterations=100000000000", "backend=torch",
-                          f"hydra.run.dir={tmp_path}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    time.sleep(8)
+    deadline = time.time() + 120
+    while not run.exists() and time.time() < deadline:     # Hydra made it: the task starts now
+        time.sleep(0.1)
+    time.sleep(5)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130
     one_line(err.replace("stopped:", "error-stopped:"), "error-stopped: SIGINT after iteration ")
-    status = json.loads((tmp_path / "status.json").read_text())
+    status = json.loads((run / "status.json").read_text())
     assert status["status"] == "interrupted" and status["signal"] == "SIGINT"
-    assert (tmp_path / "metrics.csv").read_text().startswith("iteration,error,avg_grad_sq_norm\n")
+    assert (run / "metrics.csv").read_text().startswith("iteration,error,avg_grad_sq_norm\n")
