@@ -43,9 +43,10 @@ orders CUDA streams, and the watchdog kills the process after the group's timeou
 mixer waits with the rest of a per-round deadline of ``timeout_s`` and raises
 :class:`DistributedTimeout`, one line naming this rank, the peer and ``timeout_s``;
 ``exit_on_peer_failure`` turns it into ``error: ...`` on stderr and exit status 3.
-``init_from_env`` gives the process group itself ``timeout_s + GROUP_TIMEOUT_GRACE_S``, so
-the mixer's message comes first and the group's own timeout is the backstop for other
-collectives. The NCCL path is written from the documentation; this repository's tests
+``init_from_env`` gives the process group itself ``timeout_s`` (the backstop for the other
+collectives), and forming the group ends after ``timeout_s`` too: a watchdog stops a rank
+whose rendezvous hangs (e.g. ``MASTER_PORT`` answered by another program) with one line;
+rank 0 failing to listen on an occupied ``MASTER_PORT`` says so (exit status 2). The NCCL path is written from the documentation; this repository's tests
 run gloo on CPU.
 
 Not done: fusing Dadam3's two mixes per step into one exchange. With A = X_{k-1} - eta D_k,
@@ -65,12 +66,14 @@ from __future__ import annotations
 
 import datetime
 import functools
+import hashlib
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -83,8 +86,11 @@ from dadam3.topology import Topology
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TIMEOUT_S = 300.0
-GROUP_TIMEOUT_GRACE_S = 10.0
+WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)
 EXIT_PEER_FAILURE = 3
+# keys every rank may set for itself (its machine's paths and threads): left out of the fingerprint
+PER_PROCESS_KEYS = ("device", "threads", "progress", "prefetch", "dataset.root", "dataset.download",
+                    "dataset.workers", "metrics.cache_dir", "metrics.inception_weights", "cuda.")
 
 
 class DistributedTimeout(RuntimeError):
@@ -161,7 +167,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
 
     ``backend="auto"`` is NCCL when CUDA is available, else gloo. With NCCL the rank's
     device ``cuda:LOCAL_RANK`` is made current before any collective and bound to the
-    group (``device_id``). The group's own timeout is ``timeout_s + GROUP_TIMEOUT_GRACE_S``
+    group (``device_id``). The group's own timeout is ``timeout_s``
     (see the module docstring); a group that does not form in that time raises
     :class:`DistributedTimeout`. Already initialised: describes the existing group.
     """
@@ -186,16 +192,94 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        kw = {"device_id": device} if backend == "nccl" else {}
-        try:
-            dist.init_process_group(backend, rank=rank, world_size=world,
-                                    timeout=datetime.timedelta(seconds=timeout_s + GROUP_TIMEOUT_GRACE_S), **kw)
-        except (dist.DistStoreError, dist.DistNetworkError) as e:           # rendezvous timed out
-            raise DistributedTimeout(
-                f"rank {rank}: the process group of {world} ranks did not form within "
-                f"timeout_s={timeout_s:g} (+{GROUP_TIMEOUT_GRACE_S:g} s grace): a peer never started or died "
-                f"({_first_line(e)})", rank, [], timeout_s) from None
+        _init_group(backend, rank, world, timeout_s, device)
     return ProcessGroupInfo(dist.get_rank(), dist.get_world_size(), local_rank, backend, device, timeout_s)
+
+
+def _init_group(backend: str, rank: int, world: int, timeout_s: float, device: torch.device) -> None:
+    """``init_process_group`` that ends within ``timeout_s``: rank 0 on an occupied MASTER_PORT is
+    a ConfigError; a rendezvous that fails or hangs is :class:`DistributedTimeout` (the watchdog
+    prints it and exits, as :func:`exit_on_peer_failure` does, if the backend does not return)."""
+    kw = {"device_id": device} if backend == "nccl" else {}
+    addr, port = os.environ.get("MASTER_ADDR", "?"), os.environ.get("MASTER_PORT", "?")
+    hung = (f"rank {rank}: the process group of {world} ranks did not form within timeout_s={timeout_s:g} "
+            f"(MASTER_ADDR={addr}, MASTER_PORT={port}): a peer never started or died, or another program "
+            "answers on MASTER_PORT")
+    watchdog = threading.Timer(timeout_s + WATCHDOG_SLACK_S, _exit_now, args=(f"error: {hung}",))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s), **kw)
+    except (dist.DistStoreError, dist.DistNetworkError, RuntimeError) as e:
+        text = str(e)
+        if "EADDRINUSE" in text or "address already in use" in text.lower():
+            raise ConfigError("MASTER_PORT", port, f"rank {rank} cannot listen on {addr}:{port}: it is in use by "
+                                                   "another program; choose a free port (torchrun --master-port=P) "
+                                                   "or use torchrun --standalone") from None
+        raise DistributedTimeout(f"{hung} ({_first_line(e)})", rank, [], timeout_s) from None
+    finally:
+        watchdog.cancel()
+
+
+def _exit_now(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+    os._exit(EXIT_PEER_FAILURE)
+
+
+def code_version() -> str:
+    """A hash of this package's source files: ranks running different code disagree on it."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha1()
+    for dirpath, dirnames, files in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()[:12]
+
+
+def run_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What fixes a distributed run, as dotted keys: the config (less :data:`PER_PROCESS_KEYS`)
+    and the code version (key ``code``)."""
+    flat = _flatten(config)
+    keep = {k: v for k, v in flat.items()
+            if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in PER_PROCESS_KEYS)}
+    return {"code": code_version(), **keep}
+
+
+def agree_on_config(fingerprint: Mapping[str, Any], info: ProcessGroupInfo) -> None:
+    """Every rank compares its :func:`run_fingerprint` with rank 0's before anything is built; a
+    difference stops every rank with one line (printed by rank 0) naming the first such key."""
+    parts = [None] * info.world_size
+    try:
+        dist.all_gather_object(parts, dict(fingerprint))
+    except (RuntimeError, dist.DistError) as e:
+        raise DistributedTimeout(f"rank {info.rank}: comparing the ranks' configs failed: a peer died or hung "
+                                 f"for longer than timeout_s={info.timeout_s:g} ({_first_line(e)})", info.rank, [],
+                                 info.timeout_s) from None
+    ref = parts[0]
+    for r, fp in enumerate(parts[1:], 1):
+        key = next((k for k in sorted(ref.keys() | fp.keys()) if ref.get(k, "<unset>") != fp.get(k, "<unset>")), None)
+        if key is not None:
+            what = "code (dadam3 sources)" if key == "code" else "config"
+            error = ConfigError(key, fp.get(key, "<unset>"),
+                                f"rank {r} was started with this but rank 0 with {key}={ref.get(key, '<unset>')}: "
+                                f"every rank must run the same {what}")
+            error.echo = info.rank == 0
+            raise error
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def shutdown() -> None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,6 +31,8 @@ class ConfigError(ValueError):
     ``ConfigError(key, value, allowed)`` renders as ``"key=value: allowed"``.
     """
 
+    echo = True              # False: a rank other than 0 stops silently (rank 0 says it once)
+
     def __init__(self, key: str, value: Any, allowed: str):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}" if not isinstance(value, str)
@@ -37,7 +41,10 @@ class ConfigError(ValueError):
 
 def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
                 low_open: bool = False, high_open: bool = True) -> float:
-    """Raise :class:`ConfigError` unless ``value`` lies in the stated interval."""
+    """Raise :class:`ConfigError` unless ``value`` lies in the stated interval (bools and strings
+    are not numbers)."""
+    if isinstance(value, (bool, str)):
+        raise ConfigError(key, value, "must be a number")
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -79,6 +86,39 @@ def check_bool(key: str, value: Any) -> bool:
     return value
 
 
+def check_usable_dir(key: str, path: Any) -> Path:
+    """``path`` as a directory this process can write into: an existing writable directory, or
+    one it could create (its nearest existing ancestor is a writable directory). Creates nothing."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.exists():
+        if not p.is_dir():
+            raise ConfigError(key, str(path), "exists and is not a directory; choose a directory path")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(key, str(path), "is not writable by this user; choose another directory")
+        return p
+    ancestor = next(a for a in p.absolute().parents if a.exists())
+    if not ancestor.is_dir():
+        raise ConfigError(key, str(path), f"cannot be created: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(key, str(path), f"cannot be created: {ancestor} is not writable by this user")
+    return p
+
+
+def check_writable_file(key: str, path: Any) -> Path:
+    """``path`` as a file this process can write (its directory usable, see
+    :func:`check_usable_dir`; an existing ``path`` a writable file). Creates nothing."""
+    p = Path(os.path.expanduser(str(path)))
+    if p.is_dir():
+        raise ConfigError(key, str(path), "is a directory; give a file name")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(key, str(path), "exists and is not writable by this user")
+    try:
+        check_usable_dir(key, p.parent)
+    except ConfigError as e:
+        raise ConfigError(key, str(path), f"its directory {e.allowed}") from None
+    return p
+
+
 def _bounds(low: int | None, high: int | None) -> str:
     if low is not None and high is not None:
         return f" in [{low}, {high}]"
@@ -106,6 +146,16 @@ class Diverged(RunStopped):
     prefix = "error: training diverged"
 
 
+def stop_report(e: BaseException) -> tuple[int, str, bool]:
+    """(exit status, one line, whether this process prints it) of a :class:`ConfigError` or a
+    :class:`RunStopped`: the one exit path of both entry points and of a sweep's jobs."""
+    if isinstance(e, ConfigError):
+        return 2, f"error: {e}", e.echo
+    if isinstance(e, RunStopped):
+        return e.exit_code, f"{e.prefix}: {e}", e.echo
+    raise TypeError(f"not a run-stopping error: {type(e).__name__}")
+
+
 def exit_on_config_error(fn: F) -> F:
     """Decorator for entry points: a :class:`ConfigError` becomes one line on stderr and
     exit status 2, a :class:`RunStopped` one line and its ``exit_code``."""
@@ -114,12 +164,10 @@ def exit_on_config_error(fn: F) -> F:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except ConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(2)
-        except RunStopped as e:
-            if e.echo:
-                print(f"{e.prefix}: {e}", file=sys.stderr)
-            sys.exit(e.exit_code)
+        except (ConfigError, RunStopped) as e:
+            code, line, echo = stop_report(e)
+            if echo:
+                print(line, file=sys.stderr)
+            sys.exit(code)
 
     return wrapper  # type: ignore[return-value]

@@ -25,14 +25,33 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
+from dadam3.errors import ConfigError, check_writable_file  # noqa: E402
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+class PlotInputError(ValueError):
+    """An input the figure cannot be drawn from: one line naming the file and what is wrong."""
+
+
 def read_metrics_csv(path: Path) -> dict[str, list[float]]:
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    return {k: [float(r[k]) for r in rows] for k in rows[0]}
+    """The columns of a synthetic run's ``metrics.csv`` (header and at least one row of numbers)."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            raise PlotInputError(f"{path}: no rows (empty, or only a header)")
+        out = {k: [float(r[k]) for r in rows] for k in rows[0]}
+    except (OSError, UnicodeDecodeError, csv.Error, TypeError, ValueError) as e:
+        if isinstance(e, PlotInputError):
+            raise
+        raise PlotInputError(f"{path}: not a metrics.csv of python -m dadam3.synthetic ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:100]})") from None
+    missing = [k for k in ("iteration", "error", "avg_grad_sq_norm") if k not in out]
+    if missing:
+        raise PlotInputError(f"{path}: no column {', '.join(missing)}")
+    return out
 
 
 def fig1(runs: dict[str, Path], out: Path) -> None:
@@ -57,11 +76,33 @@ def _save(fig, out: Path) -> None:
     plt.close(fig)
 
 
-def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
+def read_records(path: Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` records; an empty or corrupt file is a :class:`PlotInputError`."""
     from dadam3.run_logging import read_jsonl
 
-    recs = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get(key) is not None]
+    try:
+        recs = read_jsonl(path)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise PlotInputError(f"{path}: not a metrics.jsonl of python -m dadam3.train ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:100]})") from None
+    if not recs or not all(isinstance(r, dict) and "iteration" in r for r in recs):
+        raise PlotInputError(f"{path}: no records" if not recs else f"{path}: a record without an iteration")
+    return recs
+
+
+def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
+    recs = [r for r in read_records(run_dir / "metrics.jsonl") if r.get(key) is not None]
     return [r["iteration"] for r in recs], [float(r[key]) for r in recs]
+
+
+def check_metrics_present(runs: dict[str, list[Path]], keys: list[str]) -> None:
+    """Each run logged each of ``keys`` at least once (else the figure would be silently empty)."""
+    for label, run_dirs in runs.items():
+        for d in run_dirs:
+            for key in keys:
+                if not read_jsonl_metric(d, key)[0]:
+                    raise PlotInputError(f"{d / 'metrics.jsonl'} (--run {label}): no record has {key}; "
+                                         "was the metric on (metrics.every, metrics.inception/fid/kid)?")
 
 
 def seed_series(run_dirs: list[Path], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -77,6 +118,7 @@ def seed_series(run_dirs: list[Path], key: str) -> tuple[np.ndarray, np.ndarray,
 def curves(runs: dict[str, list[Path]], out: Path, panels: list[tuple[str, str, str | None]], title: str) -> None:
     """One panel per (metric key, y label, optional dashed companion key); a label with several run
     directories (seeds) is drawn as their mean with a band of ± one sample standard deviation."""
+    check_metrics_present(runs, [k for key, _, dashed in panels for k in (key, dashed) if k])
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (key, ylabel, dashed) in zip(axes[0], panels):
         for label, run_dirs in runs.items():
@@ -99,7 +141,6 @@ def curves(runs: dict[str, list[Path]], out: Path, panels: list[tuple[str, str, 
 
 def summary(runs: dict[str, list[Path]], out: Path) -> None:
     """A markdown table: each label's last evaluation (mean ± sample std over its runs) and wall time."""
-    from dadam3.run_logging import read_jsonl
 
     keys = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
             ("fid_mean", "FID (node mean)"), ("fid_avg_model", "FID (averaged model)"),
@@ -113,7 +154,7 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
             vals = np.array([y[-1] for _, y in last if y], dtype=float)
             cells.append("–" if len(vals) < len(run_dirs) else
                          f"{vals.mean():.3f}" + (f" ± {vals.std(ddof=1):.3f}" if len(vals) > 1 else ""))
-        ends = [read_jsonl(d / "metrics.jsonl")[-1] for d in run_dirs]
+        ends = [read_records(d / "metrics.jsonl")[-1] for d in run_dirs]
         its = sorted({r["iteration"] for r in ends})
         status = ("" if all(r.get("status") == "finished" for r in ends) else
                   " (diverged)" if any(r.get("status") == "diverged" for r in ends) else " (not finished)")
@@ -164,7 +205,12 @@ def main(argv=None) -> None:
         runs[label] = paths
     if a.figure == "fig1":
         runs = {label: dirs[0] for label, dirs in runs.items()}
-    draw(runs, a.out)
+    try:
+        check_writable_file("--out", a.out)
+        draw(runs, a.out)
+    except (ConfigError, PlotInputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     print(f"wrote {a.out}")
 
 

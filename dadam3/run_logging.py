@@ -18,6 +18,7 @@ Resuming: ``JsonlLogger(path, resume_from_iteration=k)`` drops every record whos
 from __future__ import annotations
 
 import json
+import logging
 import math
 import numbers
 import os
@@ -36,6 +37,7 @@ from dadam3.errors import ConfigError
 
 WANDB_MODES = ("online", "offline", "disabled")
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
+log = logging.getLogger(__name__)
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -180,15 +182,18 @@ class JsonlLogger:
 
     def _rewind(self, k: int, drop_at_k: bool) -> None:
         fd, tmp = mkstemp_umask(self.path)
+        unreadable = []
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out, open(self.path, encoding="utf-8") as src:
-                for line in src:
+            with os.fdopen(fd, "w", encoding="utf-8") as out, open(self.path, encoding="utf-8", errors="replace") as src:
+                for number, line in enumerate(src, 1):
                     if not line.endswith("\n"):
                         break  # torn last line
                     try:
                         record = json.loads(line)
                         it, status = record.get("iteration"), record.get("status")
                     except (json.JSONDecodeError, AttributeError):
+                        if line.strip():
+                            unreadable.append(number)
                         continue
                     if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
                         continue
@@ -200,6 +205,10 @@ class JsonlLogger:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
+        if unreadable:
+            shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+            log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
+                        self.path, len(unreadable), shown, k)
 
 
 # ---------------------------------------------------------------- Weights & Biases
@@ -295,14 +304,15 @@ def build_logger(path: str | os.PathLike, *, resume_from_iteration: int | None =
                  drop_record_at_resume_point: bool = False, wandb: Mapping[str, Any] | None = None) -> Logger:
     """A :class:`JsonlLogger` at ``path``; with ``wandb`` (keyword arguments of
     :class:`WandbLogger`; its ``dir`` defaults to the directory of ``path``) the same records
-    go to W&B too, so local records never depend on W&B."""
-    jsonl = JsonlLogger(path, resume_from_iteration, drop_record_at_resume_point)
+    go to W&B too, so local records never depend on W&B. W&B starts first: a W&B that will not
+    start leaves ``path`` untouched (not created, not rewound)."""
     if wandb is None:
-        return jsonl
+        return JsonlLogger(path, resume_from_iteration, drop_record_at_resume_point)
+    remote = WandbLogger(**{"dir": Path(path).parent, **wandb})
     try:
-        return MultiLogger(jsonl, WandbLogger(**{"dir": Path(path).parent, **wandb}))
+        return MultiLogger(JsonlLogger(path, resume_from_iteration, drop_record_at_resume_point), remote)
     except BaseException:
-        jsonl.finish()
+        remote.finish()
         raise
 
 

@@ -9,6 +9,7 @@ mapping and are checked by that builder, which is also what users call directly.
 """
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -17,6 +18,8 @@ from typing import Any, Mapping
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from dadam3.config import CONFIG_DIR
+from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
 from dadam3.optim import optimizer_spec
 from dadam3.run_logging import WANDB_MODES
@@ -151,11 +154,60 @@ class SyntheticSettings:
 
 # ---------------------------------------------------------------- from the Hydra config
 
+SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
+TIMEOUT_MAX_S = 365 * 86400.0
+THREADS_MAX = 1024
+IS_SPLITS = 10                            # the inception score's splits: at least this many samples
+# keys of the chosen group option beyond its YAML file's (its builder's other options)
+MODEL_OPTIONS = {"mlp": ("width", "data_dim", "init"),
+                 "dcgan32": ("init", "bias_before_norm", "instance_norm_affine"),
+                 "dcgan64": ("init", "bias_before_norm", "instance_norm_affine")}
+GROUP_KEYS = {"dataset": "name", "model": "arch", "topology": "name", "logger": "kind"}
+
+
+def check_known_keys(c: Mapping[str, Any], config_name: str = "train",
+                     groups: Mapping[str, str] = MappingProxyType(GROUP_KEYS)) -> None:
+    """Every key of the resolved config is one the entry point reads: a top-level or nested key
+    of ``configs/<config_name>.yaml``, or a key of the chosen group option's YAML file (plus
+    its builder's other options, e.g. :data:`MODEL_OPTIONS`); a typo added with ``+`` and a key
+    that means nothing for the chosen data set, net or topology are one line."""
+    base = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / f"{config_name}.yaml"))
+    base.pop("defaults", None)
+    base.pop("hydra", None)
+    for key, value in c.items():
+        if key in groups or key == "optimizer":
+            continue                             # optimizer: its hparams are checked by the optimizer
+        if key not in base:
+            raise ConfigError(key, value, f"unknown key{_did_you_mean(key, list(base) + list(groups))}")
+        if isinstance(value, Mapping) and isinstance(base[key], Mapping):
+            for sub, v in value.items():
+                if sub not in base[key]:
+                    raise ConfigError(f"{key}.{sub}", v, f"unknown key{_did_you_mean(sub, base[key])}")
+    for group, name_key in groups.items():
+        if group not in c:
+            continue
+        choice = c[group].get(name_key)
+        path = CONFIG_DIR / group / f"{choice}.yaml"
+        if not path.is_file():
+            continue                             # an unknown choice: its own check names it
+        known = list(OmegaConf.load(path)) + list(MODEL_OPTIONS.get(choice, ()) if group == "model" else ())
+        for sub, v in c[group].items():
+            if sub not in known:
+                raise ConfigError(f"{group}.{sub}", v, f"means nothing for {group}={choice} (its keys: "
+                                                       f"{', '.join(known)}){_did_you_mean(sub, known)}")
+
+
+def _did_you_mean(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def train_settings(cfg: DictConfig) -> TrainSettings:
     """Check every key ``python -m dadam3.train`` reads; see the module docstring."""
     c = OmegaConf.to_container(cfg, resolve=True)
+    check_known_keys(c)
     nodes = check_int("nodes", c["nodes"], 1)
-    seed = check_int("seed", c["seed"], 0)
+    seed = check_int("seed", c["seed"], 0, SEED_MAX)
     data = _data(c["dataset"])
     model = _model(c["model"], data)
     m = c["metrics"]
@@ -184,13 +236,15 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
                         autocast=_autocast(c.get("autocast"), c["dtype"]))
     threads = c.get("threads")
     dist_cfg = c.get("distributed") or {}
+    _check_meaningful(c, data, metrics)
     return TrainSettings(
         nodes=nodes, seed=seed, backend=check_choice("backend", c.get("backend", "local"), ("local", "distributed")),
         distributed_backend=check_choice("distributed.backend", dist_cfg.get("backend", "auto"), ("auto", "gloo", "nccl")),
-        distributed_timeout_s=check_range("distributed.timeout_s", dist_cfg.get("timeout_s", 300), 0.0, None,
-                                          low_open=True), device=resolve_device(c["device"]),
+        distributed_timeout_s=check_range("distributed.timeout_s", dist_cfg.get("timeout_s", 300), 0.0,
+                                          TIMEOUT_MAX_S, low_open=True, high_open=False),
+        device=resolve_device(c["device"]),
         dtype=DTYPES[check_choice("dtype", c["dtype"], tuple(DTYPES))],
-        threads=None if threads is None else check_int("threads", threads, 1),
+        threads=None if threads is None else check_int("threads", threads, 1, THREADS_MAX),
         prefetch=check_bool("prefetch", c.get("prefetch", False)),
         resume=None if c.get("resume") in (None, "") else str(c["resume"]),
         overwrite=check_bool("overwrite", c.get("overwrite", False)),
@@ -218,9 +272,10 @@ def _autocast(value: Any, dtype: str) -> str | None:
 def synthetic_settings(cfg: DictConfig) -> SyntheticSettings:
     """Check every key ``python -m dadam3.synthetic`` reads."""
     c = OmegaConf.to_container(cfg, resolve=True)
+    check_known_keys({k: v for k, v in c.items()}, "synthetic", {"topology": "name"})
     return SyntheticSettings(nodes=check_int("nodes", c["nodes"], 1),
                              iterations=check_int("iterations", c["iterations"], 1),
-                             seed=check_int("seed", c["seed"], 0),
+                             seed=check_int("seed", c["seed"], 0, SEED_MAX),
                              backend=check_choice("backend", c["backend"], ("kernel", "torch")),
                              game_c=check_range("game.c", c["game"]["c"], 1.0, 1e100, high_open=False),
                              game_k=check_range("game.k", c["game"]["k"], 0.0, 1e100, high_open=False),
@@ -245,13 +300,38 @@ def resolve_device(name: Any) -> torch.device:
 def _optimizer(o: dict) -> OptimizerSettings:
     o = dict(o)
     name = o.pop("name")
-    return OptimizerSettings(name, _frozen(optimizer_spec(name).check_hparams(o)))
+    hparams = optimizer_spec(name).check_hparams(o)
+    if "eps" in hparams and not hparams["eps"] > 0:
+        raise ConfigError("optimizer.eps", hparams["eps"], "must be > 0: the first step divides a zero "
+                                                            "gradient by sqrt(0) + eps")
+    return OptimizerSettings(name, _frozen(hparams))
 
 
 def _topology(t: dict) -> TopologySettings:
     t = dict(t)
     name = t.pop("name")
+    if "require_symmetric" in t:
+        check_bool("topology.require_symmetric", t["require_symmetric"])
+    if "seed" in t:
+        check_int("topology.seed", t["seed"], 0, SEED_MAX)
+    if t.get("p") is not None:
+        check_range("topology.p", t["p"], 0.0, 1.0, low_open=True, high_open=False)
     return TopologySettings(name, check_int("topology.rounds", t.pop("rounds", 1), 1), _frozen(t))
+
+
+def _check_meaningful(c: Mapping[str, Any], data: DataSettings, metrics: MetricsSettings) -> None:
+    """Values set for something the run does not do, and evaluations too small to compute."""
+    if data.partition != "dirichlet" and data.alpha != 0.5:
+        raise ConfigError("dataset.alpha", data.alpha, f"only used with dataset.partition=dirichlet "
+                                                       f"(partition={data.partition})")
+    if c.get("backend", "local") == "local":
+        dist_cfg = c.get("distributed") or {}
+        for key, default in (("backend", "auto"), ("timeout_s", 300)):
+            if dist_cfg.get(key, default) != default:
+                raise ConfigError(f"distributed.{key}", dist_cfg[key], "only used with backend=distributed")
+    if data.is_images and metrics.every and metrics.any_image_metric and metrics.samples < IS_SPLITS:
+        raise ConfigError("metrics.samples", metrics.samples,
+                          f"must be >= {IS_SPLITS} for IS/FID/KID (the inception score's {IS_SPLITS} splits)")
 
 
 def _data(d: dict) -> DataSettings:
@@ -261,7 +341,9 @@ def _data(d: dict) -> DataSettings:
     return DataSettings(name=name, root=d.pop("root", None),
                         image_size=None if size is None else check_int("dataset.image_size", size, 1),
                         download=check_bool("dataset.download", d.pop("download", False)),
-                        partition=d.pop("partition", "iid"), alpha=d.pop("alpha", 0.5), options=_frozen(d))
+                        partition=check_choice("dataset.partition", d.pop("partition", "iid"), PARTITIONS),
+                        alpha=check_range("dataset.alpha", d.pop("alpha", 0.5), 0.0, None, low_open=True),
+                        options=_frozen(d))
 
 
 def _model(m: dict, data: DataSettings) -> ModelSettings:
@@ -271,6 +353,14 @@ def _model(m: dict, data: DataSettings) -> ModelSettings:
         raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
     if not data.is_images and arch != "mlp":
         raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
+    for key in ("bias_before_norm", "instance_norm_affine"):
+        if key in m:
+            check_bool(f"model.{key}", m[key])
+    for key in ("nz", "hidden", "data_dim"):
+        if m.get(key) is not None:
+            check_int(f"model.{key}", m[key], 1)
+    if "width" in m:
+        check_range("model.width", m["width"], 0.0, None, low_open=True)
     return ModelSettings(arch, _frozen(m))
 
 

@@ -2,7 +2,8 @@
 
 Writes ``metrics.csv`` (iteration,error,avg_grad_sq_norm at ~50 log-spaced iterations
 and the last) and ``status.json`` (``{"status": "finished"}``, or ``"diverged"`` with the
-iteration and message; then the exit status is 3) into the Hydra run directory. Example::
+iteration and message, then the exit status is 3; or ``"interrupted"`` after SIGINT/SIGTERM,
+with what was logged until then, exit status 130/143) into the Hydra run directory. Example::
 
     python -m dadam3.synthetic optimizer=dp_oadam iterations=1000000 hydra.run.dir=out/dp
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import signal
 from pathlib import Path
 
 import hydra
@@ -20,7 +22,8 @@ from omegaconf import DictConfig
 from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.errors import exit_on_config_error
 from dadam3.games.synthetic import SyntheticGame
-from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticResult, run_synthetic
+from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
+from dadam3.gan.trainer import StopSignals
 from dadam3.settings import synthetic_settings
 
 log = logging.getLogger(__name__)
@@ -41,11 +44,19 @@ def run(cfg: DictConfig, out_dir: Path) -> None:
     o, t = s.optimizer, s.topology
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        result = run_synthetic(SyntheticGame(c=s.game_c, k=s.game_k), o.name, o.hparams, s.nodes, s.iterations,
-                               seed=s.seed, topology=t.name, rounds=t.rounds, topology_kw=dict(t.options),
-                               backend=s.backend)
+        with StopSignals() as stop:
+            result = run_synthetic(SyntheticGame(c=s.game_c, k=s.game_k), o.name, o.hparams, s.nodes, s.iterations,
+                                   seed=s.seed, topology=t.name, rounds=t.rounds, topology_kw=dict(t.options),
+                                   backend=s.backend, stop=lambda: stop.signum is not None)
     except SyntheticDiverged as e:
         write_results(out_dir, e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)})
+        raise
+    except SyntheticInterrupted as e:
+        name = signal.Signals(stop.signum).name
+        e.exit_code = 128 + stop.signum
+        e.args = (f"{name} {e}; {out_dir / 'metrics.csv'} holds the iterations logged so far (rerun to continue: "
+                  "the synthetic runner does not resume)",)
+        write_results(out_dir, e.result, {"status": "interrupted", "iteration": e.iteration, "signal": name})
         raise
     write_results(out_dir, result, {"status": "finished", "iteration": s.iterations})
     log.info("%s: %d iterations on %d nodes in %.2f s; final e_k=%.4g R_k=%.4g -> %s", o.name, s.iterations,

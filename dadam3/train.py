@@ -13,39 +13,57 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
 """
 from __future__ import annotations
 
+import json
 import logging
+import logging.handlers
+import os
+import sys
 from functools import partial
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
-from dadam3.distributed import DistributedMixer, Placement, exit_on_peer_failure, init_from_env, shutdown
-from dadam3.errors import exit_on_config_error
+from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
+                                 run_fingerprint, shutdown)
+from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, exit_on_config_error, stop_report
 from dadam3.gan.samples import sample_hook
 from dadam3.gan.stacked import StackedNet, build_stacked_nets
-from dadam3.gan.trainer import WGANTrainer
+from dadam3.gan.trainer import Interrupted, WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
+from dadam3.metrics.fidelity import default_cache_dir
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for
-from dadam3.run_dir import claim_run_dir, on_logging_grid
+from dadam3.run_dir import RunDir, claim_run_dir, on_logging_grid
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.settings import TrainSettings, train_settings
 
 log = logging.getLogger(__name__)
+JOB_LOG = "train.log"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
 
 def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     """Data, nets, optimizers, logger and hooks from the settings; resumes if asked. With
-    ``backend=distributed`` this process holds its rank's block of the M nodes."""
+    ``backend=distributed`` this process holds its rank's block of the M nodes.
+
+    Every check that can refuse the run comes first (the config, paths, the ranks' agreement,
+    the run directory, data, nets, the checkpoint's content and shape, the evaluation weights);
+    only then is the run directory created, locked, cleared for ``overwrite=true``, W&B started
+    and ``metrics.jsonl`` created or rewound (:func:`_open_logs`)."""
+    _check_launch(s)
+    _check_paths(s)
     placement, device, make_mixer = Placement(s.nodes), s.device, LocalMixer
     if s.backend == "distributed":
         info = init_from_env(s.distributed_backend, s.distributed_timeout_s)
+        agree_on_config(run_fingerprint(s.config), info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1, s.nodes)
         device = info.device if info.backend == "nccl" else device
@@ -53,13 +71,26 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
         log.info("CUDA: %s", set_cuda_flags(s.cuda_tf32, s.cuda_cudnn_benchmark))
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    o, t, d = s.optimizer, s.topology, s.data
-    mixer = mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
+    o, t = s.optimizer, s.topology
+    mixer = on_every_rank(placement, lambda: mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer,
+                                                       **t.options))
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
-    run_dir, ckpt = rd.path, rd.checkpoint
+    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
+    trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
+    nz = trainer.nz
+    trainer.sample = sample_hook(dataset, nz, s.seed, device, s.dtype, rd.path / "samples", trainer.logger)
+    if rd.checkpoint is not None:
+        trainer.log_resumed(rd.changed)
+    return trainer
 
+
+def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.device, mixer) -> tuple:
+    """The trainer (logging nowhere yet) and its data set; a resume loads its checkpoint here,
+    so a checkpoint that does not fit is refused before the run directory is touched."""
+    o, d = s.optimizer, s.data
     torch.manual_seed(s.seed)
     dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True, **d.options)
+    _check_shards(dataset, s)
     sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
                           seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
@@ -68,21 +99,88 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, **o.hparams)
-
-    nz = G.in_shape[0]
-    evaluate = evaluation_hook(dataset, s.metrics, nz, s.seed, device, s.dtype)   # checks weights before the log
-    logger = _logger(s, run_dir, ckpt) if placement.is_main else NullLogger()
-    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run_dir, logger, device, s.dtype,
-                          sample=sample_hook(dataset, nz, s.seed, device, s.dtype, run_dir / "samples", logger),
+    evaluate = evaluation_hook(dataset, s.metrics, G.in_shape[0], s.seed, device, s.dtype)   # checks weights
+    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, rd.path, NullLogger(), device, s.dtype,
                           evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
                           full_G=StackedNet.replicate(G.node_module(0), s.nodes)
                           if placement.distributed and placement.is_main else None)
-    if ckpt is not None:
-        trainer.load_checkpoint(ckpt)
+    if rd.checkpoint is not None:
+        _load_checkpoint(trainer, rd.checkpoint, s.resume)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
             opt.set_hparams(o.hparams)
-        trainer.log_resumed(rd.changed)
-    return trainer
+    return trainer, dataset
+
+
+def _load_checkpoint(trainer: WGANTrainer, ckpt: dict, resume: str) -> None:
+    """A checkpoint of the right kind whose content or shapes do not fit this run is one line."""
+    try:
+        trainer.load_checkpoint(ckpt)
+    except ConfigError:
+        raise
+    except Exception as e:          # KeyError (a missing entry), shapes, emptied param_groups, ...
+        what = f"missing entry {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
+        raise ConfigError("resume", resume, f"the checkpoint does not fit this run ({type(e).__name__}: "
+                                            f"{what}); it is damaged or from other code") from None
+
+
+def _check_launch(s: TrainSettings) -> None:
+    """A process that torchrun started as one of several ranks must run backend=distributed."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if s.backend == "local" and world.isdigit() and int(world) > 1:
+        raise ConfigError("backend", "local", f"this process is rank {os.environ.get('RANK', '?')} of WORLD_SIZE="
+                                              f"{world} (started by torchrun): set backend=distributed, or start "
+                                              "one process without torchrun")
+
+
+def _check_paths(s: TrainSettings) -> None:
+    """Directories the run will write into later, checked now (nothing is created)."""
+    m = s.metrics
+    if m.every and (m.fid or m.kid) and s.data.is_images:
+        check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
+
+
+def _check_shards(dataset, s: TrainSettings) -> None:
+    """Too many nodes for a finite data set cut into disjoint shards: say so (not batch_size)."""
+    n = len(dataset) if hasattr(dataset, "__len__") and s.data.partition != "iid" else None
+    if n is not None and n < s.nodes:
+        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and partition={s.data.partition} "
+                                            f"gives each node its own: at most {n} nodes")
+    if n is not None and s.data.partition == "split" and n // s.nodes < s.loop.batch_size:
+        raise ConfigError("batch_size", s.loop.batch_size,
+                          f"partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} samples: "
+                          f"lower batch_size to <= {n // s.nodes} or nodes to <= {max(1, n // s.loop.batch_size)}")
+
+
+def _open_logs(s: TrainSettings, rd: RunDir):
+    """Rank 0, every check passed: claim the directory, then start W&B, then create or rewind
+    metrics.jsonl. A W&B that will not start leaves no trace of this run in the directory."""
+    fresh_wandb = not (rd.path / "wandb").exists()
+    rd.commit()
+    try:
+        return _logger(s, rd.path, rd.checkpoint)
+    except BaseException:
+        rd.undo(("wandb",) if fresh_wandb else ())
+        raise
+
+
+def on_every_rank(placement: Placement, build):
+    """``build()``, with every rank stopping alike when one refuses (its one line said once, by
+    the lowest such rank) instead of the others waiting for it."""
+    error = None
+    try:
+        result = build()
+    except ConfigError as e:
+        if not placement.distributed:
+            raise
+        error, result = e, None
+    if placement.distributed:
+        errors = placement.all_objects(error)
+        first = next((r for r, e in enumerate(errors) if e is not None), None)
+        if first is not None:
+            e = errors[first]
+            e.echo = placement.rank == first
+            raise e
+    return result
 
 
 def _logger(s: TrainSettings, run_dir: Path, ckpt: dict | None):
@@ -104,21 +202,161 @@ def _record_on_grid(ckpt: dict) -> bool:
     return on_logging_grid(ckpt["iteration"], ckpt["config"])
 
 
+def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
+    """One run: checks, then (every check passed) the directory's records and provenance, training."""
+    with JobLog() as job_log:
+        trainer = build_trainer(train_settings(cfg), run_dir)
+        job_log.attach(trainer.run_dir / JOB_LOG)
+        if trainer.placement.is_main:
+            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
+            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
+        trainer.fit()
+        trainer.finish()
+        shutdown()
+        log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(),
+                 trainer.run_dir)
+    return trainer
+
+
 @exit_on_peer_failure
 @exit_on_config_error
 def run(cfg: DictConfig, run_dir: Path) -> None:
-    trainer = build_trainer(train_settings(cfg), run_dir)
-    if trainer.placement.is_main:
-        (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
-    trainer.fit()
-    trainer.finish()
-    shutdown()
-    log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(), trainer.run_dir)
+    """``python -m dadam3.train``: one run; a refusal or stop is one line and its exit status."""
+    train_run(cfg, run_dir)
+
+
+class JobLog:
+    """The job log (``train.log``) in the run directory, written only once the run holds it: log
+    records of the checks are kept in memory and written when :meth:`attach` is called (a
+    refused run writes no log into another run's directory). Hydra's own file handler is off
+    (``hydra/job_logging: console``)."""
+
+    def __init__(self):
+        self.buffer = logging.handlers.MemoryHandler(capacity=1 << 20, flushLevel=logging.CRITICAL + 1)
+        self.file: logging.Handler | None = None
+
+    def __enter__(self) -> "JobLog":
+        logging.getLogger().addHandler(self.buffer)
+        return self
+
+    def attach(self, path: Path) -> None:
+        self.file = logging.FileHandler(path)
+        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        for record in self.buffer.buffer:
+            self.file.handle(record)
+        self.buffer.buffer.clear()
+        root.addHandler(self.file)
+
+    def __exit__(self, *exc) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        self.buffer.buffer.clear()
+        if self.file is not None:
+            root.removeHandler(self.file)
+            self.file.close()
+
+
+def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
+    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), written by the run
+    once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra writes
+    none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the original."""
+    if not HydraConfig.initialized():
+        return
+    hc = HydraConfig.get()
+    out = run_dir / ".hydra" if resumed_at is None else run_dir / ".hydra" / f"resumed_{resumed_at:08d}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (out / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))))
+    (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
+
+
+# ---------------------------------------------------------------- sweeps (-m)
+
+SWEEP_STATUS = "sweep_status.jsonl"
+
+
+def sweep_job(cfg: DictConfig, run_dir: Path) -> None:
+    """One job of a ``-m`` sweep: a job that diverges, is refused or fails is recorded in
+    ``<sweep dir>/sweep_status.jsonl`` (status, exit status, one line) and the sweep goes on;
+    :class:`SweepStatus` sums up at the end. A stop signal (Interrupted) stops the sweep."""
+    hc = HydraConfig.get()
+    job = {"job": hc.job.num, "overrides": hc.job.override_dirname, "dir": str(run_dir)}
+    try:
+        exit_on_peer_failure(train_run)(cfg, run_dir)
+        job.update(status="finished", exit=0, message="")
+    except (ConfigError, RunStopped) as e:
+        code, line, echo = stop_report(e)
+        status = "refused" if isinstance(e, ConfigError) else "diverged" if isinstance(e, Diverged) else \
+            "interrupted" if isinstance(e, Interrupted) else "stopped"
+        job.update(status=status, exit=code, message=line)
+        _record_job(hc.sweep.dir, job)
+        if echo:
+            print(f"{line} [job #{job['job']}: {job['overrides'] or 'no overrides'}]", file=sys.stderr, flush=True)
+        if isinstance(e, Interrupted):
+            sys.exit(code)
+        return
+    except Exception as e:          # a bug: recorded, its traceback logged, the sweep goes on
+        log.exception("job #%s failed", job["job"])
+        job.update(status="failed", exit=1, message=f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+        print(f"{job['message']} [job #{job['job']}: {job['overrides'] or 'no overrides'}]", file=sys.stderr)
+    _record_job(hc.sweep.dir, job)
+
+
+def _record_job(sweep_dir: str, job: dict) -> None:
+    with open(Path(sweep_dir) / SWEEP_STATUS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(job) + "\n")
+
+
+class SweepStatus(Callback):
+    """Hydra callback (``hydra.callbacks.status`` in configs/train.yaml): refuses an unusable
+    ``hydra.run.dir`` / ``hydra.sweep.dir`` with one line before Hydra creates it, and ends a
+    sweep with one summary line and exit status 1 when any job did not finish."""
+
+    def __init__(self):
+        self._start = 0
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        _usable_or_exit("hydra.run.dir", config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        _usable_or_exit("hydra.sweep.dir", config.hydra.sweep.dir)
+        status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
+        self._start = status.stat().st_size if status.is_file() else 0
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
+        jobs = []
+        if status.is_file():
+            with open(status, encoding="utf-8") as f:
+                f.seek(self._start)
+                jobs = [json.loads(line) for line in f if line.strip()]
+        failed = [j for j in jobs if j["status"] != "finished"]
+        if not failed:
+            print(f"sweep: all {len(jobs)} jobs finished", file=sys.stderr, flush=True)
+            return
+        which = "; ".join(f"#{j['job']} {j['overrides'] or '(no overrides)'}: {j['status']}" for j in failed)
+        print(f"error: sweep: {len(failed)} of {len(jobs)} jobs did not finish ({which}); see {status}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _usable_or_exit(key: str, path: str) -> None:
+    try:
+        check_usable_dir(key, path)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> None:
-    run(cfg, Path(HydraConfig.get().runtime.output_dir))
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep_job(cfg, run_dir)
+    else:
+        run(cfg, run_dir)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-from dadam3.errors import ConfigError, Diverged
+from dadam3.errors import ConfigError, Diverged, RunStopped
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OptimisticGossip, build_optimizer, mixer_for, optimizer_spec
@@ -48,13 +49,26 @@ class SyntheticDiverged(Diverged):
         self.iteration, self.result = iteration, result
 
 
+class SyntheticInterrupted(RunStopped):
+    """``stop()`` became true (SIGINT/SIGTERM): ``result`` holds what was logged before."""
+
+    prefix = "stopped"
+
+    def __init__(self, message: str, iteration: int, result: SyntheticResult, exit_code: int = 130):
+        super().__init__(message)
+        self.iteration, self.result, self.exit_code = iteration, result, exit_code
+
+
 def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int, iterations: int,
                   seed: int = 0, topology: str = "ring", rounds: int = 1, topology_kw: dict | None = None,
-                  backend: str = "kernel", log_its: np.ndarray | None = None, chunk: int = CHUNK) -> SyntheticResult:
+                  backend: str = "kernel", log_its: np.ndarray | None = None, chunk: int = CHUNK,
+                  stop: Callable[[], bool] | None = None) -> SyntheticResult:
     """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes.
 
     Raises :class:`SyntheticDiverged` (naming the first iteration whose point is not
-    finite, with the records logged up to there) if the iterates overflow."""
+    finite, with the records logged up to there) if the iterates overflow, and
+    :class:`SyntheticInterrupted` (the same) once ``stop()`` is true (checked between chunks
+    of the kernel back end, every iteration of the torch one)."""
     if int(iterations) != iterations or iterations < 1:
         raise ConfigError("iterations", iterations, "must be an integer >= 1")
     if backend not in BACKENDS:
@@ -65,11 +79,14 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
     run = _run_kernel if backend == "kernel" else _run_torch
     t0 = time.perf_counter()
+    stop = stop or (lambda: False)
     err, r, final, done = run(game, optimizer, hp, mixer, nodes, iterations, np.random.default_rng(seed),
-                              log_its, chunk)
+                              log_its, chunk, stop)
     if done < iterations:
         logged = log_its < done + 1
         partial = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0)
+        if stop() and np.isfinite(final).all():
+            raise SyntheticInterrupted(f"after iteration {done} of {iterations}", done, partial)
         raise SyntheticDiverged(f"the iterates are not finite after iteration {done} "
                                 f"(optimizer={optimizer}, lr={hp['lr']:g})", done, partial)
     return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0)
@@ -84,7 +101,7 @@ def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
     return np.stack([topo.operator(k) for k in range(1, period + 1)])
 
 
-def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk):
+def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk, stop):
     from dadam3.games import synthetic_kernels as K
 
     spec = optimizer_spec(optimizer)
@@ -109,12 +126,12 @@ def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chu
             li, done = K.run_single(kernel.step, k0, x, state, is_c, ops, scalars, game.c, game.k, zstar, acc,
                                     log_its, li, err, r)
         k0 += done
-        if done < n:
+        if done < n or stop():
             break
     return err, r, (z if optimistic else x).copy(), k0
 
 
-def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk):
+def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk, stop):
     theta = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     alpha = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hp)
@@ -124,6 +141,8 @@ def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chun
     while k < iterations:
         is_c = torch.from_numpy(SyntheticGame.draw(rng, min(chunk, iterations - k), nodes))
         for row in is_c:
+            if stop():
+                return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k
             k += 1
             zbar = torch.cat([theta, alpha], dim=1).detach().mean(dim=0).numpy()
             acc += float(np.sum(game.mean_operator(zbar) ** 2))

@@ -82,6 +82,13 @@ class Interrupted(RunStopped):
         self.exit_code = 128 + signum
 
 
+class CheckpointNotWritten(RunStopped):
+    """The checkpoint could not be written (disk full, file-size limit): the previous ``last.pt``
+    stays, the log ends with an ``interrupted`` record giving the reason."""
+
+    prefix = "error: checkpoint not written"
+
+
 @dataclass
 class TrainState:
     """What advances during training, besides nets, optimizers and sampler."""
@@ -349,14 +356,35 @@ class WGANTrainer:
         }
 
     def save_checkpoint(self) -> Path:
-        """Rank 0 writes the checkpoint of all M nodes (a collective when distributed)."""
-        ckpt = self.checkpoint()
+        """Rank 0 writes the checkpoint of all M nodes (a collective when distributed). A write
+        that fails stops every rank alike (:class:`CheckpointNotWritten`)."""
+        ckpt, path, error = self.checkpoint(), checkpoint_path(self.run_dir), None
         if self.placement.distributed:
             parts = self.placement.gather_to_main({k: ckpt[k] for k in NODE_ENTRIES})
-            if parts is None:
-                return checkpoint_path(self.run_dir)
-            ckpt.update({k: stack_node_states([p[k] for p in parts]) for k in NODE_ENTRIES})
-        return atomic_save(ckpt, checkpoint_path(self.run_dir))
+            if parts is not None:
+                ckpt.update({k: stack_node_states([p[k] for p in parts]) for k in NODE_ENTRIES})
+        if self.placement.is_main:
+            try:
+                atomic_save(ckpt, path)
+            except OSError as e:
+                error = e
+        (failed,) = self.placement.agree_max([int(error is not None)])
+        if failed:
+            self._checkpoint_failed(path, error)
+        return path
+
+    def _checkpoint_failed(self, path: Path, error: OSError | None) -> None:
+        k = self.state.iteration
+        reason = f"checkpoint write failed: {error.strerror or error}" if error is not None else "on rank 0"
+        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
+        try:
+            self.logger.log({"iteration": k, "status": "interrupted", "reason": reason, "time": self.wall_time()},
+                            step=k)
+            self.logger.finish()
+        except OSError:
+            pass                            # the log's disk may be full too
+        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
+                                                f"continue with `python -m dadam3.train resume={self.run_dir}`"))
 
     def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
         """Continue from a checkpoint of all M nodes, whatever the placement that wrote it."""
