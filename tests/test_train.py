@@ -1,6 +1,7 @@
 """The simulated multi-node WGAN-GP trainer: records, samples, exact resume, NaN stop,
 one-line config errors, sweeps and the wandb logger (offline, read back)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -240,3 +241,25 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
     m15 = read_jsonl(tmp_path / "train_m15.jsonl")
     assert m15[-1]["status"] == "finished" and m15[-1]["iteration"] == 4
     assert len(m15[-2]["loss_d_nodes"]) == 15
+
+
+def test_bf16_autocast_trains_on_the_cpu_and_differs_only_by_rounding(tmp_path):
+    """autocast=bf16: the gradient evaluation (penalty's double backward included) runs in bf16,
+    parameters and optimizer state stay float32; losses stay finite and close to float32's."""
+    image = ["dataset=fake", "model=dcgan32", "model.width=0.0625", "nodes=2", "batch_size=4", "iterations=6",
+             "progress=false", "log_every=3", "metrics.every=0", "sample_every=6", "checkpoint_every=6"]
+    runs = {}
+    for cast in ("null", "bf16"):
+        t = train(image + [f"autocast={cast}"], tmp_path / cast)
+        recs = read_jsonl(tmp_path / cast / "metrics.jsonl")
+        assert recs[-1]["status"] == "finished"
+        assert all(p.dtype == torch.float32 for p in t.G.parameters())
+        assert all(v.dtype == torch.float32 for st in t.opt_d.state.values() for v in st.values())
+        runs[cast] = [r for r in recs if r["status"] == "running"]
+    for a, b in zip(runs["null"], runs["bf16"]):
+        assert math.isfinite(b["loss_d"]) and math.isfinite(b["gp"])
+        assert abs(a["loss_d"] - b["loss_d"]) < 0.1 * max(1.0, abs(a["loss_d"]))    # bf16 rounding, not another run
+    with pytest.raises(ConfigError, match="autocast.*dtype=float32"):
+        train_settings(config(image + ["autocast=bf16", "dtype=float64"]))
+    with pytest.raises(ConfigError, match="autocast"):
+        train_settings(config(image + ["autocast=fp8"]))
