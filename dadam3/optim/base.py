@@ -105,8 +105,9 @@ class NodeOptimizer(torch.optim.Optimizer):
             flat.scalars = None
             self._bind_state_views(flat)
         device = self.flat[0].param_buf.device if self.flat else torch.device("cpu")
-        if compile is None:
-            compile = device.type == "cuda" and torch.cuda.is_available()
+        if compile is None:     # fake tensors (device checks without a GPU) have no memory to run a kernel on
+            compile = device.type == "cuda" and torch.cuda.is_available() and \
+                not (self.flat and detect_fake_mode((self.flat[0].param_buf,)))
         self.compiled = bool(compile)
         self._update = compiled_update(type(self)) if self.compiled else type(self).update
 
