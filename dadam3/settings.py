@@ -130,6 +130,7 @@ class TrainSettings:
     cuda_tf32: bool
     cuda_cudnn_benchmark: bool
     cuda_compile_step: bool
+    cuda_channels_last: bool
     data: DataSettings
     model: ModelSettings
     optimizer: OptimizerSettings
@@ -251,6 +252,7 @@ def train_settings(cfg: DictConfig) -> TrainSettings:
         cuda_tf32=check_bool("cuda.tf32", c["cuda"]["tf32"]),
         cuda_cudnn_benchmark=check_bool("cuda.cudnn_benchmark", c["cuda"]["cudnn_benchmark"]),
         cuda_compile_step=check_bool("cuda.compile_step", c["cuda"].get("compile_step", True)),
+        cuda_channels_last=check_bool("cuda.channels_last", c["cuda"].get("channels_last", False)),
         data=data, model=model, optimizer=_optimizer(c["optimizer"]), topology=_topology(c["topology"]),
         logger=_logger(c["logger"]), metrics=metrics, loop=loop, config=_frozen(c))
 

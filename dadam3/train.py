@@ -96,6 +96,9 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
     G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
     G, D = G.to(device=device, dtype=s.dtype), D.to(device=device, dtype=s.dtype)
+    if device.type == "cuda":
+        G.use_channels_last(s.cuda_channels_last)
+        D.use_channels_last(s.cuda_channels_last)
     fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, **o.hparams)

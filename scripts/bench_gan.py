@@ -317,10 +317,12 @@ def make_nets(M: int, width: float, device, dtype):
 
 
 def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, channels_last: bool = False):
     """The batched iteration: wgan_gp_step on the stacked nets, then both Dadam3 steps together
     (one mixer call per gossip round for both players). Returns the iteration and its parts."""
     G, D = make_nets(M, width, device, dtype)
+    G.use_channels_last(channels_last)
+    D.use_channels_last(channels_last)
     mixer = mixer_for("dadam3", M, topology=topology)
     opt_g = build_optimizer("dadam3", G.parameters(), mixer, compile=compile, **HPARAMS)
     opt_d = build_optimizer("dadam3", D.parameters(), mixer, compile=compile, **HPARAMS)
@@ -400,6 +402,7 @@ def main() -> None:
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="fuse the optimizer update with torch.compile (auto: on CUDA)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
+    p.add_argument("--channels-last", action="store_true", help="NHWC convolutions (StackedNet.use_channels_last)")
     a = p.parse_args()
     t_start = time.perf_counter()
 
@@ -469,7 +472,8 @@ def main() -> None:
     for M, n_it in zip(a.nodes, iters):
         # (a) batched: FLOP count (= first, untimed iteration), warm-up, timed pass(es)
         compile_ = {"auto": None, "on": True, "off": False}[a.compile]
-        batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_)
+        batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_,
+                                                a.channels_last)
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(max(1, warmup // 2)):       # compiles the fused update before the FLOP count

@@ -65,9 +65,13 @@ def _same_hyperparameters(layers: Sequence[nn.Module], names: Sequence[str]) -> 
 
 class _StackedConv(nn.Module):
     """Shared part of the stacked (transposed) convolutions: M layers' hyper-parameters
-    (which must agree) and their weights/biases stacked on a leading node axis."""
+    (which must agree) and their weights/biases stacked on a leading node axis.
+
+    ``channels_last``: run on NHWC activations and weights (cuDNN's tensor-core kernels are
+    NHWC; with NCHW tensors it converts both ways around every call)."""
 
     layout = CHANNEL_GROUPED
+    channels_last = False
     hyper = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
              "groups", "padding_mode")
 
@@ -83,13 +87,19 @@ class _StackedConv(nn.Module):
         self.weight = _stack((c.weight for c in convs), True)
         self.bias = _stack((c.bias for c in convs), True)
 
+    def _format(self, weight: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.channels_last:
+            return weight, h
+        return (weight.contiguous(memory_format=torch.channels_last),
+                h.contiguous(memory_format=torch.channels_last))
+
 
 class StackedConv2d(_StackedConv):
     """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
 
     def forward(self, h):
         m = self.num_nodes
-        weight = self.weight.reshape(m * self.out_channels, *self.weight.shape[2:])
+        weight, h = self._format(self.weight.reshape(m * self.out_channels, *self.weight.shape[2:]), h)
         bias = None if self.bias is None else self.bias.reshape(-1)
         return F.conv2d(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
 
@@ -101,7 +111,7 @@ class StackedConvTranspose2d(_StackedConv):
 
     def forward(self, h):
         m = self.num_nodes
-        weight = self.weight.reshape(m * self.in_channels, *self.weight.shape[2:])
+        weight, h = self._format(self.weight.reshape(m * self.in_channels, *self.weight.shape[2:]), h)
         bias = None if self.bias is None else self.bias.reshape(-1)
         return F.conv_transpose2d(h, weight, bias, self.stride, self.padding, self.output_padding,
                                   m * self.groups, self.dilation)
@@ -165,11 +175,22 @@ class StackedInstanceNorm2d(nn.Module):
         self.bias = _stack((n.bias for n in norms), True)
 
     def forward(self, h):
+        flat = (lambda t: None if t is None else t.reshape(-1))
+        if h.dim() == 4 and not h.is_contiguous() and h.is_contiguous(memory_format=torch.channels_last):
+            return self._nhwc(h, flat(self.weight), flat(self.bias))
         # group_norm with one group per channel is instance norm with a per-channel affine;
         # F.instance_norm would run cuDNN's batch norm over B·M·C channels of a few pixels each
         # (40 % of an H100 iteration, results/benchmarks.md)
-        flat = (lambda t: None if t is None else t.reshape(-1))
         return F.group_norm(h, h.shape[1], flat(self.weight), flat(self.bias), self.eps)
+
+    def _nhwc(self, h, weight, bias):
+        """The same normalisation written out, so channels_last activations stay channels_last
+        (group_norm's kernels are NCHW only)."""
+        var, mean = torch.var_mean(h, dim=(2, 3), unbiased=False, keepdim=True)
+        y = (h - mean) * torch.rsqrt(var + self.eps)
+        if weight is None:
+            return y
+        return torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
 
 
 class StackedLinear(nn.Module):
@@ -240,6 +261,13 @@ class StackedNet(nn.Module):
         # kept outside the module tree so it is neither a parameter nor moved by .to().
         object.__setattr__(self, "_template", copy.deepcopy(first).to("meta"))
         self.train(first.training)
+
+    def use_channels_last(self, enabled: bool = True) -> "StackedNet":
+        """Run the convolutions (and so the layers between them) on NHWC activations."""
+        for layer in self.layers:
+            if isinstance(layer, _StackedConv):
+                layer.channels_last = enabled
+        return self
 
     @classmethod
     def replicate(cls, net: SequentialNet, num_nodes: int) -> "StackedNet":
