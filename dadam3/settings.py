@@ -179,7 +179,7 @@ def check_known_keys(c: Mapping[str, Any], config_name: str = "train",
         if key in groups or key == "optimizer":
             continue                             # optimizer: its hparams are checked by the optimizer
         if key not in base:
-            raise ConfigError(key, value, f"unknown key{_did_you_mean(key, list(base) + list(groups))}")
+            raise ConfigError(key, value, f"unknown key{_did_you_mean(key, [*base, *groups, 'optimizer'])}")
         if isinstance(value, Mapping) and isinstance(base[key], Mapping):
             for sub, v in value.items():
                 if sub not in base[key]:
