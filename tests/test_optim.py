@@ -12,7 +12,7 @@ import torch
 
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer
-from dadam3.optim import OPTIMIZERS, Adam3, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
+from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
     mixer_for, optimizer_spec
 from dadam3.topology import build_topology
 
@@ -160,7 +160,7 @@ def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     run_steps(Dadam3([b], LocalMixer(build_topology("ring", 1)), **hp), [b], grads)
     assert torch.equal(a, b)
     e = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
-    run_steps(Adam3([e], **hp), [e], grads)
+    run_steps(Dadam3([e], None, **hp), [e], grads)          # Adam3 = Dadam3 without mixing
     assert torch.equal(a, e)
 
     grads = random_grads(5, [(4, 3)], seed=1)

@@ -17,7 +17,8 @@ the mixing operator W_k^t:
     single-sequence family (DP-OAdam, DAdam, DSGD; step writes the point before mixing):
         G_k at X_{k-1}; X_k = W_k^t step(X_{k-1}, G_k)
 
-The registry (:data:`dadam3.optim.OPTIMIZERS`) names each optimizer's kernel.
+:data:`KERNELS` maps each optimizer class to its kernel; an optimizer without one runs on the
+game through the torch optimizers instead (``backend=torch``, about 1 ms per iteration).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from numba import njit
+
+from dadam3.optim import DOSG, DSGD, DAdam, Dadam3, DPOAdam, OAdagrad
 
 AdamScalars = namedtuple("AdamScalars", "lr beta1 beta2 eps")
 Adam3Scalars = namedtuple("Adam3Scalars", "lr beta1 beta2 beta3 eps beta1_decay")
@@ -38,6 +41,7 @@ class Kernel(NamedTuple):
     step: Any                                               # a numba function, see the module docstring
     scalars: type                                           # namedtuple of the hyper-parameters it reads
     init_state: Callable[[dict, tuple], tuple]              # (hparams, shape) -> state arrays
+    optimistic: bool                                        # family: run_optimistic, else run_single
 
 
 def _zeros(n: int):
@@ -206,10 +210,12 @@ def dsgd_step(g, x, out, state, k, hp):
             out[i, p] = x[i, p] - hp.lr * g[i, p]
 
 
-DADAM3 = Kernel(dadam3_direction, Adam3Scalars,
-                lambda hp, shape: (np.zeros(shape), np.zeros(shape), np.full(shape, hp["lambda0"])))
-DOSG = Kernel(dosg_direction, LrScalars, _zeros(1))       # numba cannot type an empty tuple: one unused array
-OADAGRAD = Kernel(oadagrad_direction, AdagradScalars, _zeros(1))
-DP_OADAM = Kernel(dp_oadam_step, AdamScalars, _zeros(3))
-DADAM = Kernel(dadam_step, AdamScalars, _zeros(2))
-DSGD = Kernel(dsgd_step, LrScalars, _zeros(1))
+KERNELS: dict[type, Kernel] = {
+    Dadam3: Kernel(dadam3_direction, Adam3Scalars,
+                   lambda hp, shape: (np.zeros(shape), np.zeros(shape), np.full(shape, hp["lambda0"])), True),
+    DOSG: Kernel(dosg_direction, LrScalars, _zeros(1), True),   # numba cannot type an empty tuple: one unused array
+    OAdagrad: Kernel(oadagrad_direction, AdagradScalars, _zeros(1), True),
+    DPOAdam: Kernel(dp_oadam_step, AdamScalars, _zeros(3), False),
+    DAdam: Kernel(dadam_step, AdamScalars, _zeros(2), False),
+    DSGD: Kernel(dsgd_step, LrScalars, _zeros(1), False),
+}

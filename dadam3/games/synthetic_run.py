@@ -13,6 +13,7 @@ R_k = (1/k) sum_{i<=k} ||grad F(z_bar_i)||^2.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -23,7 +24,9 @@ import torch
 from dadam3.errors import ConfigError, Diverged, RunStopped
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.mixing import LocalMixer
-from dadam3.optim import OptimisticGossip, build_optimizer, mixer_for, optimizer_spec
+from dadam3.optim import build_optimizer, mixer_for, optimizer_spec
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("kernel", "torch")
 CHUNK = 1 << 18
@@ -77,6 +80,9 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int
     hp = optimizer_spec(optimizer).check_hparams(hparams)
     mixer = mixer_for(optimizer, nodes, topology, rounds, **(topology_kw or {}))
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
+    if backend == "kernel" and not has_kernel(optimizer):
+        log.info("optimizer=%s has no compiled kernel: running the torch optimizer (backend=torch)", optimizer)
+        backend = "torch"
     run = _run_kernel if backend == "kernel" else _run_torch
     t0 = time.perf_counter()
     stop = stop or (lambda: False)
@@ -92,6 +98,12 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int
     return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0)
 
 
+def has_kernel(optimizer: str) -> bool:
+    """Whether ``optimizer`` has a compiled kernel (:data:`dadam3.games.synthetic_kernels.KERNELS`)."""
+    from dadam3.games import synthetic_kernels as K
+    return optimizer_spec(optimizer).cls in K.KERNELS
+
+
 def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
     """ops[(k-1) % P] is the iteration-k operator W_k^t, as the LocalMixer applies it."""
     if mixer is None:
@@ -104,9 +116,8 @@ def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
 def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk, stop):
     from dadam3.games import synthetic_kernels as K
 
-    spec = optimizer_spec(optimizer)
-    kernel = getattr(K, spec.kernel)
-    optimistic = issubclass(spec.cls, OptimisticGossip)
+    kernel = K.KERNELS[optimizer_spec(optimizer).cls]
+    optimistic = kernel.optimistic
     ops = np.ascontiguousarray(_mixing_operators(mixer, nodes))
     zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)

@@ -14,9 +14,11 @@ dadam      DAdam                    simultaneous Adam + gossip (plain baseline)
 dsgd       DSGD                     simultaneous SGD + gossip (plain baseline)
 =========  =======================  =====================================================
 
-Adding an optimizer: a class (its ``HPARAMS`` hold defaults and ranges), a kernel in
-:mod:`dadam3.games.synthetic_kernels` (its step on the synthetic game), one line in
-:data:`OPTIMIZERS` and a YAML file in ``configs/optimizer/``.
+Adding an optimizer: the algorithm (a class on one of the two skeletons of
+:mod:`dadam3.optim.base` with its ``HPARAMS``, ``STATE``, ``scalars`` and ``direction``), one
+line in :data:`OPTIMIZERS` and a YAML file in ``configs/optimizer/``. It then trains GANs and
+runs on the synthetic game (through the torch optimizer; a numba kernel in
+:mod:`dadam3.games.synthetic_kernels` is an optional speed-up).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, Mixer
-from dadam3.optim.adam3 import Adam3, Dadam3
+from dadam3.optim.adam3 import Dadam3
 from dadam3.optim.base import HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip, step_together
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
@@ -33,25 +35,21 @@ from dadam3.optim.osg import DOSG
 from dadam3.optim.simultaneous import DAdam, DSGD
 from dadam3.topology import Topology, build_topology
 
-__all__ = ["Adam3", "Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
+__all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
            "OptimisticGossip", "SingleSequenceGossip", "step_together", "OPTIMIZERS", "Spec", "optimizer_spec",
            "build_optimizer", "mixer_for"]
 
 
 @dataclass(frozen=True)
 class Spec:
-    """One registry entry: the class (whose ``HPARAMS`` give defaults and ranges), the name of
-    its kernel in :mod:`dadam3.games.synthetic_kernels`, and the topology it forces."""
+    """One registry entry: the class (whose ``HPARAMS`` give defaults and ranges; its skeleton
+    is the family) and the topology it forces. The synthetic game's compiled kernel, if the
+    class has one, is found by class in :data:`dadam3.games.synthetic_kernels.KERNELS`."""
 
     name: str
     cls: type[NodeOptimizer]
-    kernel: str
     topology: str | None = None      # forced topology (centralized variants)
     single_node: bool = False
-
-    @property
-    def hparams(self) -> dict[str, HParam]:
-        return self.cls.HPARAMS
 
     def check_hparams(self, hparams: Mapping[str, Any]) -> dict[str, float]:
         """Every hyper-parameter: given ones checked (one-line ConfigError), others at their defaults."""
@@ -59,15 +57,15 @@ class Spec:
 
 
 OPTIMIZERS: dict[str, Spec] = {
-    "adam3": Spec("adam3", Dadam3, "DADAM3", single_node=True),
-    "dadam3": Spec("dadam3", Dadam3, "DADAM3"),
-    "cadam3": Spec("cadam3", Dadam3, "DADAM3", topology="complete"),
-    "dosg": Spec("dosg", DOSG, "DOSG"),
-    "cosg": Spec("cosg", DOSG, "DOSG", topology="complete"),
-    "oadagrad": Spec("oadagrad", OAdagrad, "OADAGRAD"),
-    "dp_oadam": Spec("dp_oadam", DPOAdam, "DP_OADAM"),
-    "dadam": Spec("dadam", DAdam, "DADAM"),
-    "dsgd": Spec("dsgd", DSGD, "DSGD"),
+    "adam3": Spec("adam3", Dadam3, single_node=True),
+    "dadam3": Spec("dadam3", Dadam3),
+    "cadam3": Spec("cadam3", Dadam3, topology="complete"),
+    "dosg": Spec("dosg", DOSG),
+    "cosg": Spec("cosg", DOSG, topology="complete"),
+    "oadagrad": Spec("oadagrad", OAdagrad),
+    "dp_oadam": Spec("dp_oadam", DPOAdam),
+    "dadam": Spec("dadam", DAdam),
+    "dsgd": Spec("dsgd", DSGD),
 }
 
 

@@ -39,21 +39,13 @@ class Dadam3(OptimisticGossip):
 
     def scalars(self, group, k):
         beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
-        return [1 - beta1_k, 1 - group["beta2"], 1 - group["beta3"], group["eps"], -group["lr"]]
+        return [1 - beta1_k, 1 - group["beta2"], 1 - group["beta3"], group["eps"]]
 
     @staticmethod
-    def update(g, s, x, d, work, m, v, lam):
+    def direction(g, s, d, scratch, m, v, lam):
         m.lerp_(g, s[0])                                     # M_k = b1k M + (1 - b1k) G_k
         v.lerp_(g * g, s[1])                                 # V_k = b2 V + (1 - b2) G_k^2
-        torch.maximum(lam, v, out=work)                      # max(Lambda_{k-1}, V_k)
-        lam.lerp_(work, s[2])                                # Lambda_k
-        torch.sqrt(lam, out=work).add_(s[3])                 # sqrt(Lambda_k) + eps
-        torch.div(m, work, out=d)                            # D_k
-        torch.addcmul(x, d, s[4], out=work)                  # X_{k-1} - eta D_k
-
-
-class Adam3(Dadam3):
-    """ADAptive Momentum Min-Max on one node (Algorithm 1): Dadam3 without mixing."""
-
-    def __init__(self, params, maximize: bool = False, compile: bool | None = None, **hparams):
-        super().__init__(params, None, maximize, compile, **hparams)
+        torch.maximum(lam, v, out=scratch)                   # max(Lambda_{k-1}, V_k)
+        lam.lerp_(scratch, s[2])                             # Lambda_k
+        torch.sqrt(lam, out=scratch).add_(s[3])              # sqrt(Lambda_k) + eps
+        torch.div(m, scratch, out=d)                         # D_k

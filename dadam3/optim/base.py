@@ -16,12 +16,18 @@ convention and the loop contract.
   default and allowed interval); the constructor checks what it is given against them,
   as ``torch.optim`` does, and the registry, the configs and the synthetic kernels read
   the same table.
+* An algorithm is its hyper-parameters (``HPARAMS``), its state buffers and their initial
+  values (``STATE``), the per-step numbers it needs (``scalars(group, k)``) and its
+  direction, written once as an in-place function of whole buffers:
+  ``direction(g, s, out, scratch, *state)`` writes the step direction into ``out``
+  (``s``: the scalars as a tensor; ``scratch``: a free buffer). Its skeleton (the two-sequence
+  :class:`OptimisticGossip` or the adapt-then-combine :class:`SingleSequenceGossip`) does the
+  rest: ``X - eta * direction`` and the gossip.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
   (:mod:`dadam3.optim.flat`), so a step is a few element-wise ops on whole buffers and one
-  mixer call per gossip round. Each algorithm writes its update once, as an in-place
-  function of whole buffers and a vector of per-step scalars (``update``); ``compile=True``
-  (the default on CUDA) runs it through ``torch.compile``, which fuses it into one kernel,
-  and the same function runs eagerly otherwise. :func:`step_together` steps several
+  mixer call per gossip round. ``compile=True`` (the default on CUDA) runs the skeleton's
+  ``update`` (direction, then ``X - eta * direction``) through ``torch.compile``, which fuses
+  it into one kernel; the same function runs eagerly otherwise. :func:`step_together` steps several
   optimizers that share a mixer with one exchange per gossip round for all of them.
 """
 from __future__ import annotations
@@ -62,15 +68,24 @@ class NodeOptimizer(torch.optim.Optimizer):
     """Base class: the mixer, the iteration counter ``k`` (steps taken so far) and the flat
     buffers of each parameter group.
 
-    Subclasses declare ``HPARAMS``, ``STATE`` (name -> initial value, a number or the name
-    of a hyper-parameter, of each buffer besides the group's own) and the two halves of their
-    algorithm: ``scalars(group, k)``, the per-step numbers the update needs, and the static
-    in-place ``update`` on whole ``[n, P]`` buffers; the skeletons below say what it writes.
+    An algorithm subclasses a skeleton and declares ``HPARAMS``, ``STATE`` (name -> initial
+    value, a number or the name of a hyper-parameter), ``scalars(group, k)`` and the static
+    ``direction(g, s, out, scratch, *state)``; the skeleton's ``compose`` turns the direction
+    into the class's ``update`` (once, when the class is defined).
     """
 
     HPARAMS: ClassVar[dict[str, HParam]] = {}
     STATE: ClassVar[dict[str, float | str]] = {}
     update: ClassVar[Callable[..., None]]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "direction" in cls.__dict__:
+            cls.update = staticmethod(cls.compose(cls.direction))
+
+    @staticmethod
+    def compose(direction: Callable[..., None]) -> Callable[..., None]:
+        raise NotImplementedError
 
     @classmethod
     def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
@@ -139,8 +154,9 @@ class NodeOptimizer(torch.optim.Optimizer):
         return -flat.grad_buf if group["maximize"] else flat.grad_buf
 
     def _scalar_tensor(self, group: dict, flat: FlatGroup, k: int) -> torch.Tensor:
-        """``scalars(group, k)`` as a 1-D tensor on the buffers' device (an asynchronous copy on CUDA)."""
-        values = torch.tensor(self.scalars(group, k), dtype=flat.param_buf.dtype)
+        """``scalars(group, k)`` and -lr (the skeleton's, last) as a 1-D tensor on the buffers'
+        device (an asynchronous copy on CUDA)."""
+        values = torch.tensor(self.scalars(group, k) + [-group["lr"]], dtype=flat.param_buf.dtype)
         device = flat.param_buf.device
         if device.type != "cuda":
             return values.to(device)
@@ -151,7 +167,8 @@ class NodeOptimizer(torch.optim.Optimizer):
         return flat.scalars.copy_(values, non_blocking=True)
 
     def scalars(self, group: dict, k: int) -> list[float]:
-        raise NotImplementedError
+        """The numbers ``direction`` reads from ``s`` at step k (none by default)."""
+        return []
 
     def _rounds(self) -> Iterator["MixRound"]:
         """The step as a generator of its gossip rounds (see :func:`step_together`)."""
@@ -224,10 +241,17 @@ class OptimisticGossip(NodeOptimizer):
 
     with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
     Per group the state holds ``x`` (X), ``d`` (D) and the algorithm's own buffers, all flat.
-    ``update(g, s, x, d, work, *state)`` writes D_k into ``d``, the new state in place and
-    ``X_{k-1} - eta D_k`` into ``work``; the mixer reads ``work`` for X_k, then
+    The algorithm's ``direction`` writes D_k into ``d`` (and its state in place); ``update``
+    adds ``X_{k-1} - eta D_k`` into ``work``; the mixer reads ``work`` for X_k, then
     ``X_k - eta D_k`` (written into ``work`` again) for Z_{k+1}.
     """
+
+    @staticmethod
+    def compose(direction):
+        def update(g, s, x, d, work, *state):
+            direction(g, s, d, work, *state)                  # D_k (work: scratch)
+            torch.addcmul(x, d, s[-1], out=work)              # X_{k-1} - eta D_k
+        return update
 
     def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
                  compile: bool | None = None, **hparams):
@@ -262,9 +286,16 @@ class SingleSequenceGossip(NodeOptimizer):
 
         X_k = local_step(X_{k-1}, G_k) W^t
 
-    ``update(g, s, p, work, tmp, *state)`` writes the point before mixing into ``work``
-    (``tmp``: scratch of the same shape).
+    The algorithm's ``direction`` writes its step direction into ``tmp``; ``update`` adds
+    ``X_{k-1} - eta * direction`` into ``work``, which the mixer reads.
     """
+
+    @staticmethod
+    def compose(direction):
+        def update(g, s, p, work, tmp, *state):
+            direction(g, s, tmp, work, *state)                # the step direction (work: scratch)
+            torch.addcmul(p, tmp, s[-1], out=work)            # X_{k-1} - eta * direction
+        return update
 
     def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
                  compile: bool | None = None, **hparams):

@@ -26,11 +26,10 @@ class OAdagrad(OptimisticGossip):
     STATE = {"sum_sq": 0.0}
 
     def scalars(self, group, k):
-        return [group["delta"], -group["lr"]]
+        return [group["delta"]]
 
     @staticmethod
-    def update(g, s, x, d, work, sum_sq):
+    def direction(g, s, d, scratch, sum_sq):
         sum_sq.addcmul_(g, g)                                # ||g_{1:k,i}||^2
-        torch.sqrt(sum_sq, out=work).add_(s[0])              # diagonal of H_k
-        torch.div(g, work, out=d)                            # D_k = H_k^{-1} g_k
-        torch.addcmul(x, d, s[1], out=work)                  # x_{k-1} - eta D_k
+        torch.sqrt(sum_sq, out=scratch).add_(s[0])           # diagonal of H_k
+        torch.div(g, scratch, out=d)                         # D_k = H_k^{-1} g_k

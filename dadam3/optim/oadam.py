@@ -26,11 +26,10 @@ class DPOAdam(SingleSequenceGossip):
     STATE = {"m": 0.0, "v": 0.0, "d": 0.0}
 
     def scalars(self, group, k):
-        return adam_scalars(group, k) + [group["lr"], -2 * group["lr"]]
+        return adam_scalars(group, k)
 
     @staticmethod
-    def update(g, s, p, work, tmp, m, v, d):
-        adam_direction_(g, s, m, v, out=tmp)                 # D_k
-        torch.addcmul(p, d, s[5], out=work)                  # X_{k-1} + eta D_{k-1}
-        work.addcmul_(tmp, s[6])                             #   - 2 eta D_k
-        d.copy_(tmp)
+    def direction(g, s, out, scratch, m, v, d):
+        adam_direction_(g, s, m, v, out=scratch)             # D_k
+        torch.add(scratch, d, alpha=-0.5, out=out).mul_(2)   # 2 D_k - D_{k-1}: X_{k-1} - eta (2 D_k - D_{k-1})
+        d.copy_(scratch)

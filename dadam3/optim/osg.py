@@ -10,8 +10,6 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 """
 from __future__ import annotations
 
-import torch
-
 from dadam3.optim.base import LR, OptimisticGossip
 
 
@@ -20,10 +18,6 @@ class DOSG(OptimisticGossip):
 
     HPARAMS = {"lr": LR}
 
-    def scalars(self, group, k):
-        return [-group["lr"]]
-
     @staticmethod
-    def update(g, s, x, d, work):
+    def direction(g, s, d, scratch):
         d.copy_(g)                                           # D_k = G_k (a copy: a later zero_grad cannot change it)
-        torch.addcmul(x, d, s[0], out=work)                  # X_{k-1} - eta G_k

@@ -17,12 +17,9 @@ class DSGD(SingleSequenceGossip):
 
     HPARAMS = {"lr": LR}
 
-    def scalars(self, group, k):
-        return [-group["lr"]]
-
     @staticmethod
-    def update(g, s, p, work, tmp):
-        torch.addcmul(p, g, s[0], out=work)                  # X_{k-1} - eta g_k
+    def direction(g, s, out, scratch):
+        out.copy_(g)                                         # g_k
 
 
 class DAdam(SingleSequenceGossip):
@@ -33,9 +30,8 @@ class DAdam(SingleSequenceGossip):
     STATE = {"m": 0.0, "v": 0.0}
 
     def scalars(self, group, k):
-        return adam_scalars(group, k) + [-group["lr"]]
+        return adam_scalars(group, k)
 
     @staticmethod
-    def update(g, s, p, work, tmp, m, v):
-        adam_direction_(g, s, m, v, out=tmp)                 # D_k
-        torch.addcmul(p, tmp, s[5], out=work)                # X_{k-1} - eta D_k
+    def direction(g, s, out, scratch, m, v):
+        adam_direction_(g, s, m, v, out=out)                 # D_k

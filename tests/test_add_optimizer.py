@@ -1,0 +1,59 @@
+"""Adding an optimizer takes exactly what the README says: the algorithm (a class on a
+skeleton: HPARAMS, STATE, scalars, direction), one registry line and one YAML file. Here an
+optimistic sign method is added that way (its YAML in a directory on Hydra's search path) and
+runs in the GAN trainer and on the synthetic game, whose compiled back end falls back to the
+torch optimizer for an algorithm without a numba kernel."""
+import math
+
+import pytest
+import torch
+from trainer_runs import TOY, config, train
+
+import dadam3.optim as optim
+from dadam3.games.synthetic import SyntheticGame
+from dadam3.games.synthetic_run import run_synthetic
+from dadam3.optim.base import LR, HParam, OptimisticGossip
+from dadam3.run_logging import read_jsonl
+from dadam3.settings import train_settings
+
+
+class OptimisticSign(OptimisticGossip):
+    """Z_k = (X_{k-1} - eta D_{k-1}) W, D_k = sign(G_k) * scale, X_k = (X_{k-1} - eta D_k) W."""
+
+    HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
+    STATE = {"steps": 0.0}
+
+    def scalars(self, group, k):
+        return [group["scale"]]
+
+    @staticmethod
+    def direction(g, s, d, scratch, steps):
+        torch.sign(g, out=d).mul_(s[0])
+        steps.add_(1.0)
+
+
+@pytest.fixture
+def osign(tmp_path, monkeypatch):
+    monkeypatch.setitem(optim.OPTIMIZERS, "osign", optim.Spec("osign", OptimisticSign))     # the registry line
+    (tmp_path / "conf" / "optimizer").mkdir(parents=True)
+    (tmp_path / "conf" / "optimizer" / "osign.yaml").write_text("name: osign\nlr: 1.0e-3\nscale: 0.5\n")
+    return [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "optimizer=osign"]
+
+
+def test_a_new_optimizer_trains_a_gan(osign, tmp_path):
+    settings = train_settings(config(TOY + osign + ["iterations=4", "checkpoint_every=4"]))
+    assert dict(settings.optimizer.hparams) == {"lr": 1e-3, "scale": 0.5}
+    t = train(TOY + osign + ["iterations=4", "checkpoint_every=4"], tmp_path / "run")
+    recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert recs[-1]["status"] == "finished" and math.isfinite(recs[-2]["loss_d"])
+    p = next(t.G.parameters())
+    assert torch.equal(t.opt_g.state[p]["steps"], torch.full_like(p, 4.0))
+    assert set(t.opt_g.state[p]["d"].unique().tolist()) <= {-0.5, 0.0, 0.5}
+
+
+def test_a_new_optimizer_runs_on_the_synthetic_game(osign):
+    game = SyntheticGame(c=1010, k=0.01)
+    kernel = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
+    torch_ = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
+    assert (kernel.final_point == torch_.final_point).all()   # no numba kernel: the torch optimizer ran
+    assert abs(kernel.final_point).max() > 0
