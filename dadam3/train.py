@@ -40,7 +40,7 @@ from dadam3.gan.trainer import Interrupted, WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.fidelity import default_cache_dir
 from dadam3.mixing import LocalMixer
-from dadam3.optim import build_optimizer, mixer_for
+from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir, on_logging_grid
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.settings import TrainSettings, train_settings
@@ -100,8 +100,8 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
         G.use_channels_last(s.cuda_channels_last)
         D.use_channels_last(s.cuda_channels_last)
     fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
-    opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, **o.hparams)
-    opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, **o.hparams)
+    opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, start=False, **o.hparams)
+    opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
     evaluate = evaluation_hook(dataset, s.metrics, G.in_shape[0], s.seed, device, s.dtype)   # checks weights
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, rd.path, NullLogger(), device, s.dtype,
                           evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
@@ -111,6 +111,8 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
         _load_checkpoint(trainer, rd.checkpoint, s.resume)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
             opt.set_hparams(o.hparams)
+    else:
+        start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
     return trainer, dataset
 
 

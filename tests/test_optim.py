@@ -38,7 +38,7 @@ def values(t):
 
 def test_dadam3_two_steps_by_hand():
     p = param([1.0, 3.0])
-    opt = Dadam3([p], two_node_mixer(), lr=0.1, beta1=0.5, beta2=0.5, beta3=0.5, eps=0.0)
+    opt = Dadam3([p], two_node_mixer(), lr=0.1, beta1=0.5, beta2=0.5, beta3=0.5, eps=0.0).start()
     assert values(p) == pytest.approx([1.5, 2.5])                  # Z_1 = W X_0
     feed(opt, p, [1.0, -2.0])
     # M_1 = (0.5, -1), V_1 = (0.5, 2), Lambda_1 = 0.5 max(0, V_1) = (0.25, 1), D_1 = (1, -1)
@@ -61,20 +61,20 @@ def test_dadam3_two_steps_by_hand():
 def test_dadam3_beta1_schedule_and_lambda0_by_hand():
     # beta1_k = 0.8 * 0.5^(k-1); beta2 = beta3 = 0 so V_k = g^2 and Lambda_k = max(Lambda_{k-1}, g^2)
     p = param([0.0])
-    opt = Dadam3([p], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, beta1_decay=0.5)
+    opt = Dadam3([p], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, beta1_decay=0.5).start()
     feed(opt, p, [1.0])     # M_1 = 0.2, Lambda_1 = 1, D_1 = 0.2, X_1 = -0.2, Z_2 = -0.4
     assert values(opt.state[p]["x"]) == pytest.approx([-0.2]) and values(p) == pytest.approx([-0.4])
     feed(opt, p, [-1.0])    # beta1_2 = 0.4: M_2 = 0.08 - 0.6 = -0.52, D_2 = -0.52, X_2 = 0.32, Z_3 = 0.84
     assert values(opt.state[p]["x"]) == pytest.approx([0.32]) and values(p) == pytest.approx([0.84])
     q = param([0.0])
-    opt = Dadam3([q], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, lambda0=4.0)
+    opt = Dadam3([q], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, lambda0=4.0).start()
     feed(opt, q, [1.0])     # Lambda_1 = max(4, 1) = 4, D_1 = 0.2 / 2
     assert values(opt.state[q]["d"]) == pytest.approx([0.1])
 
 
 def test_dosg_two_steps_by_hand():
     p = param([1.0, 3.0])
-    opt = DOSG([p], two_node_mixer(), lr=0.1)
+    opt = DOSG([p], two_node_mixer(), lr=0.1).start()
     feed(opt, p, [1.0, -2.0])
     assert values(opt.state[p]["x"]) == pytest.approx([1.475, 2.625])   # W (0.9, 3.2)
     assert values(p) == pytest.approx([1.7375, 2.4625])                 # W (1.375, 2.825)
@@ -85,7 +85,7 @@ def test_dosg_two_steps_by_hand():
 
 def test_oadagrad_two_steps_by_hand():
     p = param([1.0])
-    opt = OAdagrad([p], None, lr=0.1, delta=0.5)
+    opt = OAdagrad([p], None, lr=0.1, delta=0.5).start()
     feed(opt, p, [3.0])     # H_1 = 0.5 + 3, D_1 = 3/3.5
     assert values(opt.state[p]["x"]) == pytest.approx([1 - 0.3 / 3.5])
     assert values(p) == pytest.approx([1 - 0.6 / 3.5])
@@ -96,7 +96,7 @@ def test_oadagrad_two_steps_by_hand():
 
 def test_dp_oadam_three_steps_by_hand():
     p = param([1.0])
-    opt = DPOAdam([p], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0)
+    opt = DPOAdam([p], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0).start()
     feed(opt, p, [2.0])     # m=1, v=2, m_hat=2, v_hat=4, D_1=1: X_1 = 1 - 0.2
     assert values(p) == pytest.approx([0.8])
     feed(opt, p, [-1.0])    # m=0 -> D_2 = 0: X_2 = 0.8 - 0 + 0.1 * D_1
@@ -107,7 +107,7 @@ def test_dp_oadam_three_steps_by_hand():
 
 def test_dp_oadam_gossips_after_the_local_step():
     p = param([1.0, 3.0])
-    opt = DPOAdam([p], two_node_mixer(), lr=0.1, beta1=0.0, beta2=0.0, eps=0.0)
+    opt = DPOAdam([p], two_node_mixer(), lr=0.1, beta1=0.0, beta2=0.0, eps=0.0).start()
     feed(opt, p, [1.0, -2.0])   # D_1 = sign(g) = (1, -1): W (1 - 0.2, 3 + 0.2) = (1.4, 2.6)
     assert values(p) == pytest.approx([1.4, 2.6])
     feed(opt, p, [2.0, 1.0])    # D_2 = (1, 1): W (1.4 - 0.2 + 0.1, 2.6 - 0.2 - 0.1) = W (1.3, 2.3)
@@ -116,13 +116,13 @@ def test_dp_oadam_gossips_after_the_local_step():
 
 def test_dsgd_and_dadam_by_hand():
     p = param([1.0, 3.0])
-    opt = DSGD([p], two_node_mixer(), lr=0.1)
+    opt = DSGD([p], two_node_mixer(), lr=0.1).start()
     feed(opt, p, [1.0, -2.0])
     assert values(p) == pytest.approx([1.475, 2.625])      # W (0.9, 3.2)
     feed(opt, p, [2.0, 1.0])
     assert values(p) == pytest.approx([1.5875, 2.2125])    # W (1.275, 2.525)
     q = param([1.0])
-    opt = DAdam([q], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0)
+    opt = DAdam([q], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0).start()
     feed(opt, q, [2.0])     # D_1 = 1
     feed(opt, q, [-1.0])    # D_2 = 0
     assert values(q) == pytest.approx([0.9])
@@ -132,7 +132,7 @@ def test_dsgd_and_dadam_by_hand():
 
 def test_maximize_group_ascends():
     theta, alpha = param([1.0]), param([1.0])
-    opt = DSGD([{"params": [theta]}, {"params": [alpha], "maximize": True}], None, lr=0.1)
+    opt = DSGD([{"params": [theta]}, {"params": [alpha], "maximize": True}], None, lr=0.1).start()
     theta.grad = torch.tensor([[2.0]], dtype=torch.float64)
     alpha.grad = torch.tensor([[2.0]], dtype=torch.float64)
     opt.step()
@@ -157,10 +157,10 @@ def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     a = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
     b = a.detach().clone().requires_grad_()
     run_steps(build_optimizer("adam3", [a], mixer_for("adam3", 1), **hp), [a], grads)
-    run_steps(Dadam3([b], LocalMixer(build_topology("ring", 1)), **hp), [b], grads)
+    run_steps(Dadam3([b], LocalMixer(build_topology("ring", 1)), **hp).start(), [b], grads)
     assert torch.equal(a, b)
     e = torch.tensor([[0.3, -0.2, 0.1]], dtype=torch.float64, requires_grad=True)
-    run_steps(Dadam3([e], None, **hp), [e], grads)          # Adam3 = Dadam3 without mixing
+    run_steps(Dadam3([e], None, **hp).start(), [e], grads)          # Adam3 = Dadam3 without mixing
     assert torch.equal(a, e)
 
     grads = random_grads(5, [(4, 3)], seed=1)
@@ -169,7 +169,7 @@ def test_dadam3_on_one_node_equals_adam3_and_complete_graph_equals_cadam3():
     cadam3 = build_optimizer("cadam3", [c], mixer_for("cadam3", 4, topology="ring"), **hp)
     assert cadam3.mixer.topology.name == "complete"
     run_steps(cadam3, [c], grads)
-    run_steps(Dadam3([d], LocalMixer(build_topology("complete", 4)), **hp), [d], grads)
+    run_steps(Dadam3([d], LocalMixer(build_topology("complete", 4)), **hp).start(), [d], grads)
     assert torch.equal(c, d)
     # complete mixing keeps every node identical: the centralized algorithm
     torch.testing.assert_close(c, c.mean(0, keepdim=True).expand_as(c), rtol=0, atol=1e-15)
@@ -199,7 +199,7 @@ def test_state_dict_resume_is_exact(name):
 
 def test_previous_direction_is_not_an_alias_of_grad():
     p = param([1.0, 3.0])
-    opt = DOSG([p], two_node_mixer(), lr=0.1)
+    opt = DOSG([p], two_node_mixer(), lr=0.1).start()
     feed(opt, p, [1.0, -2.0])
     p.grad.zero_()
     assert values(opt.state[p]["d"]) == [1.0, -2.0]
@@ -208,7 +208,18 @@ def test_previous_direction_is_not_an_alias_of_grad():
 def test_step_without_grad_is_an_error():
     p = param([1.0])
     with pytest.raises(RuntimeError, match="needs a .grad"):
-        DSGD([p], None, lr=0.1).step()
+        DSGD([p], None, lr=0.1).start().step()
+
+
+def test_step_before_start_is_an_error_and_the_constructor_does_not_mix():
+    p = param([1.0, 3.0])
+    opt = Dadam3([p], two_node_mixer(), lr=0.1)
+    assert values(p) == [1.0, 3.0] and opt.mixer.bytes_sent.sum() == 0      # no gossip in the constructor
+    p.grad = torch.ones_like(p)
+    with pytest.raises(RuntimeError, match="before start"):
+        opt.step()
+    opt.start()
+    assert values(p) == pytest.approx([1.5, 2.5])                         # Z_1 = W X_0
 
 
 @pytest.mark.parametrize("name, hp, match", [

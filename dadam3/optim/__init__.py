@@ -28,7 +28,8 @@ from typing import Any, Callable, Mapping
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam3 import Dadam3
-from dadam3.optim.base import HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip, step_together
+from dadam3.optim.base import (HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip, start_together,
+                               step_together)
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
 from dadam3.optim.osg import DOSG
@@ -36,7 +37,7 @@ from dadam3.optim.simultaneous import DAdam, DSGD
 from dadam3.topology import Topology, build_topology
 
 __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
-           "OptimisticGossip", "SingleSequenceGossip", "step_together", "OPTIMIZERS", "Spec", "optimizer_spec",
+           "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec", "optimizer_spec",
            "build_optimizer", "mixer_for"]
 
 
@@ -93,7 +94,10 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
 
 
 def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, compile: bool | None = None,
-                    **hparams) -> NodeOptimizer:
+                    start: bool = True, **hparams) -> NodeOptimizer:
     """Build optimizer ``name`` over stacked ``params`` (iterable of tensors or param groups);
-    ``compile``: fuse its update with torch.compile (None: on CUDA)."""
-    return optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, **hparams)
+    ``compile``: fuse its update with torch.compile (None: on CUDA); ``start``: call its
+    ``start()`` (the first gossip round) — pass False to start several together, or to load a
+    checkpoint instead."""
+    opt = optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, **hparams)
+    return opt.start() if start else opt

@@ -8,9 +8,11 @@ convention and the loop contract.
   ``G = [grad_theta f, -grad_alpha f]`` and every player descends along it. A
   parameter group with ``maximize=True`` holds maximising players: its ``.grad`` is
   taken as ``grad f`` and negated, so users may write ``f`` once for both players.
-* Contract: after ``step()`` the parameters hold the point where the next
+* Contract: ``start()`` once moves the parameters to the first gradient point (``Z_1 = X_0 W^t``
+  for the optimistic methods: a gossip round, so the constructor never communicates; a resumed
+  run loads its state instead). After ``step()`` the parameters hold the point where the next
   gradient must be taken (``Z_{k+1}`` for the optimistic methods, ``X_k`` for the
-  single-sequence ones). A loop is just ``grads at params -> step()``.
+  single-sequence ones). A loop is just ``start(); (grads at params -> step())*``.
 * ``mixer=None`` means no communication (W = I).
 * Hyper-parameters: each algorithm declares ``HPARAMS``, name -> :class:`HParam` (its
   default and allowed interval); the constructor checks what it is given against them,
@@ -104,6 +106,7 @@ class NodeOptimizer(torch.optim.Optimizer):
         super().__init__(params, {**self.check_hparams(hparams), "maximize": maximize})
         self.mixer = mixer
         self.k = 0
+        self.started = False
         if mixer is not None:
             # the nodes this process holds: all M, or a rank's block under DistributedMixer
             n = mixer.local_nodes
@@ -174,6 +177,18 @@ class NodeOptimizer(torch.optim.Optimizer):
         """The step as a generator of its gossip rounds (see :func:`step_together`)."""
         raise NotImplementedError
 
+    def _start_rounds(self) -> Iterator["MixRound"]:
+        """``start()`` as a generator of its gossip rounds (none by default)."""
+        self.started = True
+        yield from ()
+
+    @torch.no_grad()
+    def start(self) -> "NodeOptimizer":
+        """Move the parameters to the first gradient point; once, before the first gradient of a
+        fresh run (not after ``load_state_dict``). Returns the optimizer."""
+        start_together([self])
+        return self
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = _evaluate(closure)
@@ -189,6 +204,7 @@ class NodeOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         state_dict = dict(state_dict)
         self.k = int(state_dict.pop("k", 0))
+        self.started = True
         super().load_state_dict(state_dict)
         # torch.optim replaced the state tensors by loaded copies: move them into the flat buffers
         with torch.no_grad():
@@ -205,19 +221,34 @@ class MixRound:
         self.tensors, self.outs, self.k = tensors, outs, k
 
 
+@torch.no_grad()
 def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
     """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
     mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
     message per neighbour for all players. Same results as stepping them one by one.
 
     Optimizers with different mixers, classes or iteration counters are stepped one by one."""
-    optimizers = list(optimizers)
+    for opt in optimizers:
+        if not opt.started:
+            raise RuntimeError(f"{type(opt).__name__}.step() before start(): call start() (or "
+                               "start_together) once before the first gradient of a fresh run")
+    _together(list(optimizers), lambda opt: opt._rounds())
+
+
+@torch.no_grad()
+def start_together(optimizers: Sequence[NodeOptimizer]) -> None:
+    """``start()`` of several optimizers sharing a mixer, with one exchange for all of them."""
+    _together(list(optimizers), lambda opt: opt._start_rounds())
+
+
+def _together(optimizers: list[NodeOptimizer], rounds_of: Callable[[NodeOptimizer], Iterator["MixRound"]]) -> None:
+    """Run the optimizers' gossip-round generators side by side, one mixer call per round."""
     first = optimizers[0]
     if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):
         for opt in optimizers:
-            step_together([opt])
+            _together([opt], rounds_of)
         return
-    rounds = [opt._rounds() for opt in optimizers]
+    rounds = [rounds_of(opt) for opt in optimizers]
     while True:
         requests = [next(r, None) for r in rounds]
         if requests[0] is None:
@@ -256,14 +287,12 @@ class OptimisticGossip(NodeOptimizer):
     def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
                  compile: bool | None = None, **hparams):
         super().__init__(params, mixer, maximize, compile, **hparams)
-        with torch.no_grad():
-            for flat in self.flat:
-                flat.state["x"].copy_(flat.param_buf)
-            outs = [f.param_buf for f in self.flat]
-            if mixer is None:
-                pass                                                       # Z_1 = X_0
-            else:
-                mixer.mix([f.state["x"] for f in self.flat], 1, out=outs)   # Z_1 = X_0 W^t
+
+    def _start_rounds(self):
+        self.started = True
+        for flat in self.flat:
+            flat.state["x"].copy_(flat.param_buf)                                            # X_0
+        yield MixRound([f.state["x"] for f in self.flat], [f.param_buf for f in self.flat], 1)  # Z_1 = X_0 W^t
 
     def _state_init(self):
         return {"x": 0.0, "d": 0.0, **self.STATE}
