@@ -264,3 +264,30 @@ def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypa
     for net, ref in ((t.G, reference.G), (t.D, reference.D)):
         for k, v in net.state_dict().items():
             torch.testing.assert_close(v, ref.state_dict()[k], rtol=1e-5, atol=1e-6)
+
+
+class TiedNet(nn.Module):
+    """Two linear layers sharing one weight (tied, as in weight-tied autoencoders)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x))).sum(-1)
+
+
+def test_tied_weights_stay_one_leaf():
+    torch.manual_seed(6)
+    nets = [TiedNet().double() for _ in range(M)]
+    v = VmapNet(nets)
+    assert [k for k, _ in v.named_parameters()] == ["a.weight", "a.bias", "b.bias"] and v.a.weight is v.b.weight
+    x = torch.randn(M, B, 4, dtype=F64)
+    torch.testing.assert_close(v(x), torch.stack([n(x[i]) for i, n in enumerate(nets)]), rtol=1e-13, atol=1e-14)
+    v(x).sum().backward()
+    for n in nets:
+        n(x[nets.index(n)]).sum().backward()
+    assert_match(v, nets, ("grads",), tol=1e-13)       # both uses of the weight in one gradient
+    node = v.node_module(2)
+    assert node.a.weight is node.b.weight and torch.equal(node.a.weight, nets[2].a.weight)

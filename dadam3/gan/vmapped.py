@@ -46,6 +46,16 @@ def _signature(module: nn.Module) -> list[tuple]:
             + [(k, tuple(t.shape), t.dtype) for k, t in module.named_buffers()])
 
 
+def _aliases(module: nn.Module) -> dict[str, str]:
+    """Every parameter/buffer name → the name ``named_parameters()``/``named_buffers()`` list it
+    under (tied weights: several names, one tensor)."""
+    out = {}
+    for named in (module.named_parameters, module.named_buffers):
+        first_name = {id(t): k for k, t in named()}
+        out.update({k: first_name[id(t)] for k, t in named(remove_duplicate=False)})
+    return out
+
+
 def _shape(modules: Sequence[nn.Module], given, attr: str) -> tuple[int, ...] | None:
     value = given if given is not None else getattr(modules[0], attr, None)
     return None if value is None else tuple(int(s) for s in value)
@@ -85,16 +95,19 @@ class VmapNet(nn.Module):
         object.__setattr__(self, "_template", template)
         # Another meta copy holds the stacked leaves under the single module's names: its
         # children become this module's, so ``layers.0.weight`` is ``self.layers[0].weight``.
+        # (.to("meta") unties tied weights; every alias gets its name's one stacked leaf again.)
         holder = copy.deepcopy(template)
-        # keyed by the meta tensor (kept alive in the value): tied weights are one entry, several names
-        stacked = {id(t): (t, nn.Parameter(params[k].detach(), requires_grad=params[k].requires_grad))
-                   for k, t in holder.named_parameters()}
-        stacked.update({id(t): (t, buffers[k]) for k, t in holder.named_buffers()})
-        for mod in holder.modules():
-            for name, p in list(mod.named_parameters(recurse=False)):
-                mod.register_parameter(name, stacked[id(p)][1])
-            for name, b in list(mod.named_buffers(recurse=False)):
-                mod.register_buffer(name, stacked[id(b)][1], persistent=name not in mod._non_persistent_buffers_set)
+        leaves = {k: nn.Parameter(t.detach(), requires_grad=t.requires_grad) for k, t in params.items()}
+        leaves.update(buffers)
+        aliases = _aliases(first)
+        for prefix, mod in holder.named_modules():
+            prefix = f"{prefix}." if prefix else ""
+            for name, _ in list(mod.named_parameters(recurse=False)):
+                mod.register_parameter(name, leaves[aliases[prefix + name]])
+            for name, _ in list(mod.named_buffers(recurse=False)):
+                mod.register_buffer(name, leaves[aliases[prefix + name]],
+                                    persistent=name not in mod._non_persistent_buffers_set)
+        object.__setattr__(self, "_aliases", aliases)
         own = [(name, "module", c) for name, c in holder.named_children()] \
             + [(name, "parameter", p) for name, p in holder.named_parameters(recurse=False)] \
             + [(name, "buffer", b) for name, b in holder.named_buffers(recurse=False)]
@@ -133,8 +146,9 @@ class VmapNet(nn.Module):
         m = self.num_nodes
         if x.shape[0] != m:
             raise ValueError(f"input has {x.shape[0]} node rows, the net has {m} nodes")
-        params = dict(self.named_parameters())
-        buffers = dict(self.named_buffers())
+        # every alias by name: the meta template's tied weights are untied (see __init__)
+        params = dict(self.named_parameters(remove_duplicate=False))
+        buffers = dict(self.named_buffers(remove_duplicate=False))
         return torch.vmap(self._node_forward, randomness=self.randomness)(params, buffers, x)
 
     def _node_tensors(self) -> dict[str, torch.Tensor]:
@@ -146,7 +160,16 @@ class VmapNet(nn.Module):
         ref = next(iter(self.parameters()))
         module = copy.deepcopy(self._template).to_empty(device=ref.device)
         stacked = self._node_tensors()
-        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        tensors = dict(module.named_parameters(remove_duplicate=False))
+        tensors.update(module.named_buffers(remove_duplicate=False))
+        for name, t in tensors.items():
+            canonical = self._aliases[name]
+            if canonical != name:                # a tied weight: the same tensor as its first name
+                owner, _, leaf = name.rpartition(".")
+                sub = module.get_submodule(owner)
+                store = sub._parameters if leaf in sub._parameters else sub._buffers
+                store[leaf] = tensors[canonical]
+                continue
             value = pick(stacked[name])
             t.data = torch.empty_like(value)     # dtype follows the stacked net's (.double() etc.)
             t.copy_(value)
