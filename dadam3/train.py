@@ -35,7 +35,7 @@ from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, ex
                                  run_fingerprint, shutdown)
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, exit_on_config_error, stop_report
 from dadam3.gan.samples import sample_hook
-from dadam3.gan.stacked import StackedNet, build_stacked_nets
+from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import Interrupted, WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.fidelity import default_cache_dir
@@ -105,7 +105,7 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
     evaluate = evaluation_hook(dataset, s.metrics, G.in_shape[0], s.seed, device, s.dtype)   # checks weights
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, rd.path, NullLogger(), device, s.dtype,
                           evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
-                          full_G=StackedNet.replicate(G.node_module(0), s.nodes)
+                          full_G=type(G).replicate(G.node_module(0), s.nodes)
                           if placement.distributed and placement.is_main else None)
     if rd.checkpoint is not None:
         _load_checkpoint(trainer, rd.checkpoint, s.resume)

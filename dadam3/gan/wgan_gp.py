@@ -13,7 +13,8 @@ is taken with its own ``torch.autograd.grad`` so L_G never reaches α's ``.grad`
 and L_D never reaches θ's.  ``players="critic"`` / ``"generator"`` give the
 single-player halves for alternating (n_critic) schedules.
 
-:func:`wgan_gp_step` runs a :class:`~dadam3.gan.stacked.StackedNet` pair (all M
+:func:`wgan_gp_step` runs a node-stacked pair (:class:`~dadam3.gan.stacked.StackedNet` or
+:class:`~dadam3.gan.vmapped.VmapNet`, all M
 nodes at once); :func:`wgan_gp_step_loop` is the obvious per-node loop over
 ordinary modules, kept as the reference the tests compare against.  Both take the
 randomness (z, ε) from the caller and both OVERWRITE ``.grad`` of the active
@@ -90,7 +91,7 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
                  gp_lambda: float = GP_LAMBDA, players: str = "both") -> dict[str, torch.Tensor]:
     """One WGAN-GP gradient evaluation for all M nodes; sets ``.grad`` and returns per-node values.
 
-    G, D: :class:`StackedNet` (or lists of M ordinary modules → :func:`wgan_gp_step_loop`).
+    G, D: :class:`StackedNet` or :class:`VmapNet` (or lists of M ordinary modules → :func:`wgan_gp_step_loop`).
     real ``[M, B, ...]``, z ``[M, B, nz]``, eps ``[M, B]`` (real/eps unused for
     ``players="generator"``).  Returns detached ``[M]`` tensors: ``loss_d, loss_g, gp,
     d_real, d_fake, wasserstein`` (``loss_g, d_fake`` only for ``players="generator"``).
