@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -39,3 +39,14 @@ def run_cli(hydra_main, groups: Sequence[str]) -> None:
     """Entry-point wrapper: pre-check group choices, then hand over to Hydra."""
     exit_on_config_error(check_group_choices)(sys.argv[1:], groups)
     hydra_main()
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -79,6 +79,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from dadam3.config import flatten
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer, ieee_fp32_matmul
 from dadam3.topology import Topology
@@ -244,7 +245,7 @@ def code_version() -> str:
 def run_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
     """What fixes a distributed run, as dotted keys: the config (less :data:`PER_PROCESS_KEYS`)
     and the code version (key ``code``)."""
-    flat = _flatten(config)
+    flat = flatten(config)
     keep = {k: v for k, v in flat.items()
             if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in PER_PROCESS_KEYS)}
     return {"code": code_version(), **keep}
@@ -270,16 +271,6 @@ def agree_on_config(fingerprint: Mapping[str, Any], info: ProcessGroupInfo) -> N
                                 f"every rank must run the same {what}")
             error.echo = info.rank == 0
             raise error
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def shutdown() -> None:

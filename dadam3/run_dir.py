@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dadam3.checkpoint import CHECKPOINT_DIR, load, remove_stray_temporaries, resolve_resume_path
+from dadam3.config import flatten
 from dadam3.errors import ConfigError, check_usable_dir
 from dadam3.gan.trainer import CHECKPOINT_KIND
 
@@ -170,17 +171,6 @@ def _check_checkpoint(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[
         raise ConfigError("iterations", now["iterations"],
                           f"the checkpoint is already at iteration {ckpt['iteration']}; raise iterations to continue")
     return {k: v for k, v in changed.items() if k not in ("resume", "overwrite")}
-
-
-def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists stay values)."""
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if isinstance(v, Mapping):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def on_logging_grid(iteration: int, config: Mapping[str, Any]) -> bool:
