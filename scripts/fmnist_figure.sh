@@ -46,6 +46,7 @@ diverged() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | grep -q '"status": "dive
 tidy() {
   local dir=$1 f avg
   [ -f "$dir/train.log" ] && sed -i "s|$PWD/||g" "$dir/train.log"
+  if [ -f "$dir/train.log" ] && [ ! -s "$dir/train.log" ]; then rm "$dir/train.log"; fi   # a run that diverged at once
   for f in "$dir"/images/samples_averaged/*.png; do
     [ -e "$f" ] || continue
     avg=$(printf '%s/samples/iter_%06d_avg.png' "$dir" "$((10#$(basename "$f" .png)))")
@@ -75,14 +76,20 @@ for seed in $seeds; do
 done
 runs=()
 grids=()
+evaluated=()
 first=$(echo "$seeds" | awk '{print $1}')
 for opt in $optimizers; do
   dirs=$(for seed in $seeds; do printf '%s,' "$out/$opt/seed$seed"; done)
   runs+=(--run "${LABEL[$opt]:-$opt}=${dirs%,}")
+  for seed in $seeds; do evaluated+=("$out/$opt/seed$seed/metrics.jsonl"); done
   last=$(ls "$out/$opt/seed$first"/samples/iter_*_avg.png 2>/dev/null | tail -n 1 || true)
   if [ -n "$last" ]; then grids+=("[${LABEL[$opt]:-$opt}](${last#"$out/"})"); else grids+=("${LABEL[$opt]:-$opt}: none"); fi
 done
-"$PY" -m dadam3.plot fidelity "${runs[@]}" --out "$out/${name##*/}_fidelity.png"
+if grep -qs '"is_mean"' "${evaluated[@]}"; then
+  "$PY" -m dadam3.plot fidelity "${runs[@]}" --out "$out/${name##*/}_fidelity.png"
+else   # every run diverged before its first evaluation: nothing to draw
+  rm -f "$out/${name##*/}_fidelity.png"
+fi
 "$PY" -m dadam3.plot summary "${runs[@]}" --out "$out/summary.md"
 echo "
 Last sample grid of each method's node-averaged model (seed $first): $(IFS=,; echo "${grids[*]}" | sed 's/,/, /g')." >> "$out/summary.md"

@@ -3,7 +3,7 @@
 # seed per step size) at other step sizes than the preset's shared 2e-4, so a reader can tell
 # whether a ranking is an artefact of that one step size:
 #   LRS="5e-5 8e-4"                   all four methods (Dadam3, Cadam3, DOSG, COSG)
-#   SGD_LRS="3.2e-3 1.28e-2 5.12e-2"  DOSG and COSG only (plain SGD-type steps usually want a
+#   SGD_LRS="1.6e-3 3.2e-3 1.28e-2 5.12e-2"  DOSG and COSG only (plain SGD-type steps usually want a
 #                                     larger step size than Adam-type ones)
 # The 2e-4 rows are the seed-0 runs of scripts/fmnist_fig3.sh (not trained twice). Writes
 # results/fmnist/lr_sweep/lr<lr>/ (the runs, <lr>_fidelity.png, summary.md per step size) and
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 if [ "${SMOKE:-0}" != 1 ]; then export ITERATIONS=${ITERATIONS:-1500}; fi
 out=${FMNIST_OUT:-results/fmnist}
 lrs=${LRS-5e-5 8e-4}
-sgd_lrs=${SGD_LRS-3.2e-3 1.28e-2 5.12e-2}
+sgd_lrs=${SGD_LRS-1.6e-3 3.2e-3 1.28e-2 5.12e-2}
 if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
   for lr in $lrs; do
     bash scripts/fmnist_figure.sh "lr_sweep/lr$lr" fmnist_fig3 "dadam3 cadam3 dosg cosg" 0 "optimizer.lr=$lr" "$@"
