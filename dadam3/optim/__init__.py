@@ -49,10 +49,6 @@ class Spec:
     topology: str | None = None      # forced topology (centralized variants)
     single_node: bool = False
 
-    @property
-    def hparams(self) -> dict[str, HParam]:
-        return self.cls.HPARAMS
-
     def check_hparams(self, hparams: Mapping[str, Any]) -> dict[str, float]:
         """Every hyper-parameter: given ones checked (one-line ConfigError), others at their defaults."""
         return self.cls.check_hparams(hparams, owner=f"optimizer={self.name}")
