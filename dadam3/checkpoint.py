@@ -6,7 +6,6 @@ Layout of a run directory (what :func:`resolve_resume_path` understands)::
         metrics.jsonl            # run records, see dadam3.run_logging
         checkpoints/
             last.pt              # newest checkpoint, replaced atomically at each save
-            iter_00001000.pt     # optional snapshots, see checkpoint_path(run_dir, iteration)
 
 A checkpoint is whatever dict the trainer passes to :func:`atomic_save`; the RNG part
 comes from :func:`capture_rng_state` and holds only tensors, ints, floats, strings,
@@ -30,10 +29,9 @@ CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
 
 
-def checkpoint_path(run_dir: str | os.PathLike, iteration: int | None = None) -> Path:
-    """``<run_dir>/checkpoints/last.pt``, or the snapshot ``iter_<iteration:08d>.pt``."""
-    name = LAST_CHECKPOINT if iteration is None else f"iter_{iteration:08d}.pt"
-    return Path(run_dir) / CHECKPOINT_DIR / name
+def checkpoint_path(run_dir: str | os.PathLike) -> Path:
+    """``<run_dir>/checkpoints/last.pt``."""
+    return Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:

@@ -21,14 +21,13 @@ from omegaconf import DictConfig, OmegaConf
 from dadam3.config import CONFIG_DIR
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
+from dadam3.metrics.spec import FEATURE_EXTRACTORS
 from dadam3.optim import optimizer_spec
 from dadam3.run_logging import WANDB_MODES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 LOGGER_KINDS = ("jsonl", "wandb")
 POINT_DATASETS = ("gaussians",)          # 2-D points (model=mlp); every other data set is images
-# metrics.feature_extractor -> torch-fidelity's registered name
-FEATURE_EXTRACTORS = {"inception": "inception-v3-compat", "fmnist_classifier": "dadam3-fmnist-classifier"}
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -266,11 +266,6 @@ class Topology:
             P = self.schedule(r) @ P
         return spectral_gap_rho(P)
 
-    def neighbours(self, k: int = 1) -> list[list[int]]:
-        """Out-neighbours (j != i that receive i's value) of each node for one round."""
-        W = self.matrix(k)
-        return [[j for j in range(self.nodes) if j != i and W[j, i] > 0] for i in range(self.nodes)]
-
 
 def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None = None,
                    p: float = 0.5, seed: int = 0, matrix=None, file: str | None = None,

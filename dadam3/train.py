@@ -34,11 +34,11 @@ from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, exit_on_config_error, stop_report
-from dadam3.gan.samples import sample_hook
+from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import Interrupted, WGANTrainer
 from dadam3.metrics.evaluation import evaluation_hook
-from dadam3.metrics.fidelity import default_cache_dir
+from dadam3.metrics.spec import default_cache_dir
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir, on_logging_grid
@@ -102,7 +102,7 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
     fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
-    evaluate = evaluation_hook(dataset, s.metrics, G.in_shape[0], s.seed, device, s.dtype)   # checks weights
+    evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.dtype))  # checks weights
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, rd.path, NullLogger(), device, s.dtype,
                           evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
                           full_G=type(G).replicate(G.node_module(0), s.nodes)

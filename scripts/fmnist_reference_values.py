@@ -30,8 +30,9 @@ import torch_fidelity
 
 from dadam3.data import build_dataset
 from dadam3.metrics import fmnist_classifier as fc
-from dadam3.metrics.fidelity import FMNIST_CLASSIFIER, dataset_cache_name, image_fidelity_metrics
-from dadam3.metrics.inception import to_uint8_rgb
+from dadam3.metrics.fidelity import dataset_cache_name, image_fidelity_metrics
+from dadam3.metrics.images import to_uint8_rgb
+from dadam3.metrics.spec import FMNIST_CLASSIFIER, FidelitySpec
 
 ROWS = (("real test set (10 000)", "test"), ("uniform noise in [-1, 1] (10 000)", "noise"))
 
@@ -56,11 +57,11 @@ def main() -> None:
     noise = to_uint8_rgb(torch.rand(len(test), 1, 32, 32, generator=torch.Generator().manual_seed(a.seed)) * 2 - 1)
     times = {"load_data_s": time.perf_counter() - t0}
     values = {}
+    spec = FidelitySpec(batch_size=a.batch_size, feature_extractor=FMNIST_CLASSIFIER, isc=True, fid=True, kid=True,
+                        cache_root=cache_root)
     for label, key in ROWS:
         t = time.perf_counter()
-        values[key] = image_fidelity_metrics(test if key == "test" else noise, a.batch_size,
-                                             feature_extractor=FMNIST_CLASSIFIER, isc=True, fid=True, kid=True,
-                                             reference=train, cache_root=cache_root)
+        values[key] = image_fidelity_metrics(test if key == "test" else noise, spec, reference=train)
         times[f"{key}_s"] = time.perf_counter() - t
         print(f"{label}: " + ", ".join(f"{k} {v:.6g}" for k, v in values[key].items())
               + f" ({times[f'{key}_s']:.1f} s)", flush=True)

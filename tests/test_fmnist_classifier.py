@@ -18,7 +18,11 @@ from dadam3.data import TensorImages, build_dataset
 from dadam3.errors import ConfigError
 from dadam3.metrics import fidelity as fdl
 from dadam3.metrics import fmnist_classifier as fc
-from dadam3.metrics.inception import UInt8Images, fidelity_metrics, inception_score_from_probs, to_uint8_rgb
+from dadam3.metrics import images as img
+from dadam3.metrics.fidelity import fidelity_metrics
+from dadam3.metrics.images import UInt8Images, to_uint8_rgb
+from dadam3.metrics.spec import FidelitySpec, default_cache_dir
+from is_formula import inception_score_from_probs
 
 torch.set_num_threads(1)
 
@@ -97,7 +101,7 @@ def test_bad_weights_file_is_one_line_config_error(tmp_path, content) -> None:
     elif content is not None:
         path.write_bytes(content)
     with pytest.raises(ConfigError) as e:
-        fidelity_metrics(_never_called, 10, 5, feature_extractor=FMNIST, weights_path=path)
+        fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, feature_extractor=FMNIST, weights=path))
     msg = str(e.value)
     assert e.value.key == "metrics.feature_extractor_weights" and "\n" not in msg
     assert msg.startswith(f"metrics.feature_extractor_weights={path}: ")
@@ -109,12 +113,13 @@ def test_bad_weights_file_is_one_line_config_error(tmp_path, content) -> None:
 def test_unknown_feature_extractor() -> None:
     with pytest.raises(ConfigError, match=r"^metrics.feature_extractor=vgg: unknown feature extractor; allowed: "
                                           r"inception-v3-compat, dadam3-fmnist-classifier$"):
-        fidelity_metrics(_never_called, 10, 5, feature_extractor="vgg")
+        fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, feature_extractor="vgg"))
 
 
 # ---------------------------------------------------------------- torch-fidelity with it
 def test_is_through_torch_fidelity_equals_formula_on_logits(subset, outputs, tmp_path) -> None:
-    out = fdl.image_fidelity_metrics(subset, 250, feature_extractor=FMNIST, splits=4, cache_root=tmp_path)
+    out = fdl.image_fidelity_metrics(subset, FidelitySpec(batch_size=250, feature_extractor=FMNIST, splits=4,
+                                                    cache_root=tmp_path))
     perm = np.random.RandomState(2020).permutation(len(subset))   # torch-fidelity's shuffle (rng_seed 2020)
     mean, std = inception_score_from_probs(outputs[1][perm].double().softmax(1), splits=4)
     assert set(out) == {"is_mean", "is_std"}
@@ -144,8 +149,9 @@ def _kid_by_hand(f1: torch.Tensor, f2: torch.Tensor) -> float:
 
 def test_fid_kid_through_torch_fidelity_equal_formulas(subset, outputs, tmp_path) -> None:
     first, second = halves(subset)
-    out = fdl.image_fidelity_metrics(first, 250, feature_extractor=FMNIST, isc=False, fid=True, kid=True,
-                                     reference=second, cache_root=tmp_path, extra={"kid_subsets": 3})
+    out = fdl.image_fidelity_metrics(first, FidelitySpec(batch_size=250, feature_extractor=FMNIST, isc=False, fid=True,
+                                                         kid=True, cache_root=tmp_path, extra={"kid_subsets": 3}),
+                                     reference=second)
     f1, f2 = outputs[0][:500], outputs[0][500:]
     assert out["fid"] == pytest.approx(_fid_by_hand(f1, f2), rel=1e-4, abs=1e-3)
     # subsets of all 500 samples are permutations, and the unbiased MMD² ignores the order;
@@ -153,8 +159,8 @@ def test_fid_kid_through_torch_fidelity_equal_formulas(subset, outputs, tmp_path
     assert out["kid_mean"] == pytest.approx(_kid_by_hand(f1, f2), abs=1e-4)
     assert out["kid_std"] == pytest.approx(0.0, abs=1e-4)
     assert out["fid"] > 0.01    # two halves of the same test set: close, but not identical
-    same = fdl.image_fidelity_metrics(first, 250, feature_extractor=FMNIST, isc=False, fid=True,
-                                      reference=first, cache_root=tmp_path)
+    same = fdl.image_fidelity_metrics(first, FidelitySpec(batch_size=250, feature_extractor=FMNIST, isc=False, fid=True,
+                                                          cache_root=tmp_path), reference=first)
     assert abs(same["fid"]) < 1e-3 * out["fid"] + 1e-4
 
 
@@ -169,9 +175,10 @@ def test_reference_features_are_cached_and_reused(subset, tmp_path, monkeypatch)
     monkeypatch.setattr(fc.FeatureExtractorFMNIST, "forward", counting_forward)
     first, second = halves(subset)
     noise = lambda n: torch.rand(n, 1, 32, 32) * 2 - 1
-    kw = dict(feature_extractor=FMNIST, isc=True, fid=True, kid=True, reference=second, splits=2,
-              cache_root=tmp_path, extra={"kid_subsets": 2})
-    a = fidelity_metrics(noise, 300, 100, seed=1, **kw)
+    spec = FidelitySpec(batch_size=100, feature_extractor=FMNIST, isc=True, fid=True, kid=True, splits=2,
+                        cache_root=tmp_path, extra={"kid_subsets": 2})
+    kw = dict(reference=second)
+    a = fidelity_metrics(noise, 300, spec, seed=1, **kw)
     assert sum(seen) == 300 + 500                      # generated + reference
     name = fdl.dataset_cache_name(second, FMNIST)
     assert name.startswith(f"dadam3-fashion_mnist-500x1x32x32-") and name.endswith(f"-w{fc.WEIGHTS_SHA256[:12]}")
@@ -179,44 +186,75 @@ def test_reference_features_are_cached_and_reused(subset, tmp_path, monkeypatch)
         [f"{name}-{FMNIST}-features-{layer}.pt" for layer in ("128", "logits")]
         + [f"{name}-{FMNIST}-stat-fid-128.pt"])
     seen.clear()
-    b = fidelity_metrics(noise, 300, 100, seed=1, **kw)
+    b = fidelity_metrics(noise, 300, spec, seed=1, **kw)
     assert sum(seen) == 300 and a == b                 # reference read from the cache
     seen.clear()
     other = TensorImages(second.images.flip(-1), second.labels, second.name)   # same name, other pixels
-    fidelity_metrics(noise, 300, 100, seed=1, **{**kw, "reference": other})
+    fidelity_metrics(noise, 300, spec, seed=1, **{**kw, "reference": other})
     assert sum(seen) == 300 + 500 and fdl.dataset_cache_name(other, FMNIST) != name
     assert a["is_mean"] < 3 and a["fid"] > 10 * _fid_by_hand(*[fc.load_classifier().features_and_logits(
         h.get_batch(torch.arange(500)))[0] for h in halves(subset)])   # noise is far from clothes
 
 
 def test_uint8_images_of_tensor_images_equals_item_conversion(subset) -> None:
-    fast = fdl.uint8_images(subset)
-    slow = fdl._UInt8View(subset)
+    fast = img.uint8_images(subset)
+    slow = img._UInt8View(subset)
     assert isinstance(fast, UInt8Images) and len(fast) == len(slow) == 1000
     for i in (0, 5, 999):
         assert fast[i].dtype == torch.uint8 and fast[i].shape == (3, 32, 32)
         assert torch.equal(fast[i], slow[i]) and torch.equal(fast[i][0], subset.images[i][0])
     with pytest.raises(ValueError):
-        fdl.uint8_images(torch.zeros(3, 1, 4, 4))
+        img.uint8_images(torch.zeros(3, 1, 4, 4))
 
 
 def test_default_cache_dir(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv("DADAM3_CACHE", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert fdl.default_cache_dir() == str(tmp_path / ".cache" / "dadam3")
+    assert default_cache_dir() == str(tmp_path / ".cache" / "dadam3")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert fdl.default_cache_dir() == str(tmp_path / "xdg" / "dadam3")
+    assert default_cache_dir() == str(tmp_path / "xdg" / "dadam3")
     monkeypatch.setenv("DADAM3_CACHE", str(tmp_path / "c"))
-    assert fdl.default_cache_dir() == str(tmp_path / "c")
+    assert default_cache_dir() == str(tmp_path / "c")
 
 
 def test_metric_arg_checks_apply_to_fixed_images(subset) -> None:
     with pytest.raises(ConfigError) as e:
-        fdl.image_fidelity_metrics(subset, 10, feature_extractor=FMNIST, splits=1001)
+        fdl.image_fidelity_metrics(subset, FidelitySpec(batch_size=10, feature_extractor=FMNIST, splits=1001))
     assert e.value.key == "metrics.is_splits"
     with pytest.raises(ConfigError) as e:
-        fdl.image_fidelity_metrics(subset, 10, feature_extractor=FMNIST, isc=False, kid=True)
+        fdl.image_fidelity_metrics(subset, FidelitySpec(batch_size=10, feature_extractor=FMNIST, isc=False, kid=True))
     assert e.value.key == "metrics.reference"
-    assert math.isfinite(fdl.image_fidelity_metrics(UInt8Images(to_uint8_rgb(torch.zeros(4, 1, 32, 32))), 4,
-                                                    feature_extractor=FMNIST, splits=1)["is_mean"])
+    assert math.isfinite(fdl.image_fidelity_metrics(UInt8Images(to_uint8_rgb(torch.zeros(4, 1, 32, 32))),
+                                                    FidelitySpec(batch_size=4, feature_extractor=FMNIST,
+                                                                 splits=1))["is_mean"])
+
+
+# ---------------------------------------------------------------- the trainer's evaluation hook
+def test_evaluation_hook_scores_every_node_and_the_averaged_model(tmp_path) -> None:
+    """The hook (metrics/evaluation.py, fed by gan/samples.py's GeneratorDraws) equals
+    fidelity_metrics called by hand on each node's generator and on the node-averaged one."""
+    from dadam3.settings import train_settings
+    from dadam3.train import build_trainer
+    from trainer_runs import config
+
+    s = train_settings(config(["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125",
+                               "nodes=2", "batch_size=2", "device=cpu", "progress=false", "iterations=2",
+                               "metrics.every=1", "metrics.samples=10", "metrics.inception=true",
+                               "metrics.fid=true", "metrics.feature_extractor=fmnist_classifier",
+                               f"metrics.cache_dir={tmp_path / 'cache'}"]))
+    t = build_trainer(s, tmp_path / "run")
+    G = t.G
+    for p in G.parameters():          # nodes that differ, so the averaged model is a third one
+        p.data.add_(0.1 * torch.randn_like(p))
+    rec = t.evaluate(G, 1)
+    spec = FidelitySpec(batch_size=s.metrics.batch_size, feature_extractor=FMNIST, isc=True, fid=True,
+                        cache_root=tmp_path / "cache")
+    nz = G.in_shape[0]
+    nets = [G.node_module(i).eval() for i in range(G.num_nodes)] + [G.averaged_module().eval()]
+    by_hand = [fidelity_metrics(lambda b, net=net: net(torch.randn(b, nz)), 10, spec, reference=t.sampler.dataset)
+               for net in nets]
+    assert rec["is_nodes"] == [h["is_mean"] for h in by_hand[:2]] and rec["is_avg_model"] == by_hand[2]["is_mean"]
+    assert rec["fid_nodes"] == [h["fid"] for h in by_hand[:2]] and rec["fid_avg_model"] == by_hand[2]["fid"]
+    assert rec["is_mean"] == sum(rec["is_nodes"]) / 2 and rec["is_avg_model_std"] == by_hand[2]["is_std"]
+    assert rec["fid_nodes"][0] != rec["fid_nodes"][1]          # two different generators were scored

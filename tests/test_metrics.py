@@ -7,7 +7,12 @@ import torch
 
 from dadam3.errors import ConfigError
 from dadam3.metrics import consensus_distance
+from dadam3.metrics import images as img
 from dadam3.metrics import inception as inc
+from dadam3.metrics.fidelity import fidelity_metrics
+from dadam3.metrics.spec import FidelitySpec
+
+import is_formula
 
 
 # ---------------------------------------------------------------- consensus distance
@@ -46,7 +51,7 @@ def test_consensus_distance_rejects_mismatched_node_axes():
 # ---------------------------------------------------------------- IS formula
 
 def test_is_uniform_predictions_is_one():
-    mean, std = inc.inception_score_from_probs(torch.full((40, 10), 0.1), splits=4)
+    mean, std = is_formula.inception_score_from_probs(torch.full((40, 10), 0.1), splits=4)
     assert mean == pytest.approx(1.0) and std == pytest.approx(0.0, abs=1e-12)
 
 
@@ -54,7 +59,7 @@ def test_is_uniform_predictions_is_one():
 def test_is_confident_distinct_classes_equally_used_is_k(splits):
     k = 7
     probs = torch.eye(k).repeat(splits, 1)  # each split holds every class once
-    mean, std = inc.inception_score_from_probs(probs, splits=splits)
+    mean, std = is_formula.inception_score_from_probs(probs, splits=splits)
     assert mean == pytest.approx(k) and std == pytest.approx(0.0, abs=1e-9)
 
 
@@ -63,7 +68,7 @@ def test_is_two_samples_by_hand():
     marginal = [0.75, 0.25]
     kl1 = math.log(1 / marginal[0])
     kl2 = 0.5 * math.log(0.5 / marginal[0]) + 0.5 * math.log(0.5 / marginal[1])
-    mean, std = inc.inception_score_from_probs(probs, splits=1)
+    mean, std = is_formula.inception_score_from_probs(probs, splits=1)
     assert mean == pytest.approx(math.exp((kl1 + kl2) / 2), rel=1e-12) and std == 0.0
 
 
@@ -72,7 +77,7 @@ def test_is_agrees_with_torch_fidelity(n, k, splits):
     from torch_fidelity.metric_isc import isc_features_to_metric
 
     logits = torch.randn(n, k, generator=torch.Generator().manual_seed(n), dtype=torch.float64) * 3
-    ours = inc.inception_score_from_probs(logits.softmax(dim=1), splits=splits)
+    ours = is_formula.inception_score_from_probs(logits.softmax(dim=1), splits=splits)
     theirs = isc_features_to_metric(logits, splits=splits, shuffle=False)
     assert ours[0] == pytest.approx(theirs["inception_score_mean"], rel=1e-10)
     assert ours[1] == pytest.approx(theirs["inception_score_std"], rel=1e-8, abs=1e-12)
@@ -80,21 +85,21 @@ def test_is_agrees_with_torch_fidelity(n, k, splits):
 
 def test_is_bad_splits_is_config_error():
     with pytest.raises(ConfigError, match=r"^metrics.is_splits=11: must be in \[1, 10\]"):
-        inc.inception_score_from_probs(torch.full((10, 3), 1 / 3), splits=11)
+        is_formula.inception_score_from_probs(torch.full((10, 3), 1 / 3), splits=11)
 
 
 # ---------------------------------------------------------------- images -> uint8
 
 def test_to_uint8_rgb_levels_clamp_and_gray_to_rgb():
     x = torch.tensor([-1.0, 0.0, 1.0, -3.0, 2.0]).reshape(1, 1, 1, 5)
-    out = inc.to_uint8_rgb(x)
+    out = img.to_uint8_rgb(x)
     assert out.dtype == torch.uint8 and out.shape == (1, 3, 1, 5)
     assert out[0, 0, 0].tolist() == [0, 128, 255, 0, 255]
     assert torch.equal(out[:, 0], out[:, 1]) and torch.equal(out[:, 0], out[:, 2])
     rgb = torch.rand(2, 3, 4, 4) * 2 - 1
-    assert inc.to_uint8_rgb(rgb).shape == (2, 3, 4, 4)
+    assert img.to_uint8_rgb(rgb).shape == (2, 3, 4, 4)
     with pytest.raises(ValueError):
-        inc.to_uint8_rgb(torch.zeros(2, 2, 4, 4))
+        img.to_uint8_rgb(torch.zeros(2, 2, 4, 4))
 
 
 # ---------------------------------------------------------------- missing weights
@@ -125,7 +130,7 @@ def test_missing_weights_offline_download_is_one_line_config_error(empty_torch_h
 
     monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
     with pytest.raises(ConfigError) as e:
-        inc.inception_score(_never_called, num_samples=10, batch_size=5, device="cpu")
+        fidelity_metrics(_never_called, num_samples=10, spec=FidelitySpec(batch_size=5), device="cpu")
     msg = str(e.value)
     assert e.value.key == "metrics.inception_weights" and "\n" not in msg
     assert msg.startswith("metrics.inception_weights=None: Inception weights not found")
@@ -137,13 +142,13 @@ def test_missing_weights_offline_download_is_one_line_config_error(empty_torch_h
 def test_missing_weights_without_download(empty_torch_home, monkeypatch):
     monkeypatch.setattr(torch.hub, "download_url_to_file", lambda *a, **k: pytest.fail("downloaded"))
     with pytest.raises(ConfigError, match="downloads disabled"):
-        inc.fidelity_metrics(_never_called, 10, 5, download=False)
+        fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, download=False))
 
 
 def test_explicit_missing_weights_path(tmp_path):
     bad = tmp_path / "nope.pth"
     with pytest.raises(ConfigError) as e:
-        inc.inception_score(_never_called, 10, 5, weights_path=str(bad))
+        fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, weights=str(bad)))
     assert str(e.value).startswith(f"metrics.inception_weights={bad}: Inception weights not found")
     assert "\n" not in str(e.value)
 
@@ -161,9 +166,10 @@ def test_cached_weights_are_found_without_download(empty_torch_home, monkeypatch
                                         ({"splits": 20}, "metrics.is_splits"),
                                         ({"fid": True}, "metrics.reference")])
 def test_bad_metric_config(kwargs, key):
-    args = {"sample_fn": _never_called, "num_samples": 10, "batch_size": 5, **kwargs}
+    args = {"num_samples": 10, "batch_size": 5, **kwargs}
+    num_samples = args.pop("num_samples")
     with pytest.raises(ConfigError) as e:
-        inc.fidelity_metrics(**args)
+        fidelity_metrics(_never_called, num_samples, FidelitySpec(**args))
     assert e.value.key == key
 
 
@@ -195,12 +201,12 @@ def test_pipeline_through_torch_fidelity_with_untrained_inception(tmp_path, monk
         calls.append(n)
         return torch.rand(n, 1, 28, 28) * 2 - 1  # MNIST-like grayscale in [-1, 1]
 
-    reference = inc.UInt8Images(inc.to_uint8_rgb(torch.rand(2, 1, 28, 28) * 2 - 1))
+    reference = img.UInt8Images(img.to_uint8_rgb(torch.rand(2, 1, 28, 28) * 2 - 1))
     # One batch shape throughout (the first forward per shape is the slow one on CPU), and
     # KID rather than FID: FID's eigvals of a 2048x2048 matrix alone takes ~15 s on 2 cores;
     # both go through the same input2 plumbing.
-    out = inc.fidelity_metrics(sample_fn, num_samples=4, batch_size=2, device="cpu",
-                               weights_path=weights, kid=True, reference=reference, splits=2)
+    out = fidelity_metrics(sample_fn, num_samples=4, device="cpu", reference=reference,
+                           spec=FidelitySpec(batch_size=2, weights=weights, kid=True, splits=2))
     assert calls == [2, 2]
     assert set(out) == {"is_mean", "is_std", "kid_mean", "kid_std"}
     assert all(math.isfinite(v) for v in out.values())

@@ -1,8 +1,10 @@
-"""What a run draws to look at: sample grids of the generators and scatter plots of 2-D samples.
+"""What a run draws from its generators: sample grids and scatter plots to look at, and the
+samples that evaluation scores.
 
 Functions of plain arguments (the node-stacked generator, a fixed noise batch, an output
 directory, the iteration); the entry point binds them into the trainer's ``sample`` hook
-with :func:`sample_hook`. Generator outputs are images in [-1, 1] (tanh); they are mapped
+with :func:`sample_hook`, and hands :class:`GeneratorDraws` to
+:func:`dadam3.metrics.evaluation.evaluation_hook` (so metrics/ never imports gan/). Generator outputs are images in [-1, 1] (tanh); they are mapped
 to [0, 1] exactly once, when a PNG is written.
 """
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 from torch import Tensor
 
 from dadam3.gan.stacked import StackedNet
+
+Sampler = Callable[[int], Tensor]          # n -> n generated samples
 
 
 def fixed_noise(n: int, nz: int, seed: int, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -91,3 +95,31 @@ def sample_hook(dataset, nz: int, seed: int, device: torch.device, dtype: torch.
                        out_dir=out_dir, logger=logger)
     return partial(save_point_scatter, z=fixed_noise(points, nz, seed + 7, device, dtype),
                    centers=dataset.centers, out_dir=out_dir)
+
+
+class GeneratorDraws:
+    """What evaluation draws from the node-stacked generator (the
+    :class:`dadam3.metrics.evaluation.Draws` the metrics see): fixed-noise samples of every node
+    and of the averaged model, or samplers that draw fresh noise from the global RNG."""
+
+    def __init__(self, nz: int, seed: int, device: torch.device, dtype: torch.dtype):
+        self.nz, self.seed, self.device, self.dtype = nz, seed, device, dtype
+
+    def fixed(self, n: int) -> Callable[[StackedNet], tuple[Tensor, Tensor]]:
+        """G -> :func:`generate` from the same ``n`` noise vectors at every call."""
+        return partial(generate, z=fixed_noise(n, self.nz, self.seed + 11, self.device, self.dtype))
+
+    @contextmanager
+    def samplers(self, G: StackedNet, per_node: bool = True) -> Iterator[tuple[list[Sampler], Sampler]]:
+        """Inside the block, with ``G`` in eval mode: ``n -> n`` images of every node's generator
+        (none unless ``per_node``) and of the node-averaged one, each an eval-mode copy, noise
+        ``torch.randn`` on ``G``'s device and dtype."""
+        ref = next(G.parameters())
+        with eval_mode(G):
+            nets = [G.node_module(i).eval() for i in range(G.num_nodes)] if per_node else []
+            averaged = G.averaged_module().eval()
+            yield [_sampler(net, self.nz, ref) for net in nets], _sampler(averaged, self.nz, ref)
+
+
+def _sampler(net: torch.nn.Module, nz: int, ref: Tensor) -> Sampler:
+    return lambda b: net(torch.randn(b, nz, device=ref.device, dtype=ref.dtype))

@@ -35,8 +35,9 @@ from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
 from dadam3.errors import ConfigError
+from dadam3.metrics.spec import FMNIST_CLASSIFIER
 
-FEATURE_EXTRACTOR_NAME = "dadam3-fmnist-classifier"
+FEATURE_EXTRACTOR_NAME = FMNIST_CLASSIFIER        # spelled once, in dadam3.metrics.spec
 WEIGHTS_KEY = "metrics.feature_extractor_weights"
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "fmnist_classifier.pt"
 WEIGHTS_SHA256 = "e247bbb52ce3f2f6789e6c4d371ca3f48bbddf27bb9bd47fff60e061668a37af"
