@@ -45,7 +45,7 @@ def test_batched_step_equals_loop_reference_after_gossip_steps(optimizer, topolo
         ref.opt_d.step(); ref.opt_g.step()
     ref._load()
     for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.abs().max())))   # as above
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))   # as above
     loop_buffers = {name: torch.stack([dict(g.named_buffers())[name] for g in ref.Gs])
                     for name, _ in ref.Gs[0].named_buffers()}
     for name, buf in G.named_buffers():
