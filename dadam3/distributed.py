@@ -381,13 +381,17 @@ class DistributedMixer(Mixer):
         local = xc[plan.local]
         pending = []
         for peer, kind, where in plan.ops:
-            if kind == "send":
-                buf = local[where] if isinstance(where, slice) else local.index_select(0, self._index_on(where, xc.device))
-                work = dist.isend(buf, group=self.group, group_dst=peer)
-                self.wire_bytes += buf.numel() * buf.element_size()
-            else:
-                buf = xc[where]
-                work = dist.irecv(buf, group=self.group, group_src=peer)
+            try:                                                        # posting fails too once a peer is gone
+                if kind == "send":
+                    buf = local[where] if isinstance(where, slice) else \
+                        local.index_select(0, self._index_on(where, xc.device))
+                    work = dist.isend(buf, group=self.group, group_dst=peer)
+                    self.wire_bytes += buf.numel() * buf.element_size()
+                else:
+                    buf = xc[where]
+                    work = dist.irecv(buf, group=self.group, group_src=peer)
+            except RuntimeError as e:
+                raise self._failure(peer, kind, k, r, e) from None
             pending.append((work, peer, kind, buf))                     # buf kept alive until done
         deadline = time.monotonic() + self.timeout_s
         for work, peer, kind, _ in pending:

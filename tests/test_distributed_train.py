@@ -136,7 +136,8 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert procs[0].returncode == 3, err[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: rank 0: "), err[-2000:]
-    assert "died or hung" in lines[0] and f"timeout_s={timeout_s}" in lines[0]
+    # the gossip exchange (its peer's connection closed) or a collective (the group's timeout) notices first
+    assert ("died or hung" in lines[0] or "exited or crashed" in lines[0]) and f"timeout_s={timeout_s}" in lines[0]
     assert took < timeout_s + 30
 
 

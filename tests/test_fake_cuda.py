@@ -225,11 +225,12 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
         out = t.train_step()
         t._accumulate(out)
         assert on_cuda(*out.values()) and all(v.shape == (M,) for v in out.values())
+    t._check_finite_so_far()                   # the losses' non-finite iterations, noted on the device
     t._check_params_finite()
-    assert on_cuda(*state_tensors(t), *t.state.window.values())
+    assert on_cuda(*state_tensors(t), *t.state.window.values(), *t._first_bad.values())
     assert len(h.grad_calls) == 2 * grads_per_step and True in h.grad_calls    # the penalty's create_graph
     n_params = sum(1 for net in (t.G, t.D) for _ in net.parameters())
-    assert h.finite_masks.count((CUDA, torch.bool, (M,))) == len(h.finite_masks) >= 2 + n_params
+    assert h.finite_masks.count((CUDA, torch.bool, (M,))) == len(h.finite_masks) >= 1 + n_params
     assert h.mixes and all(m == (CUDA, "ieee") for m in h.mixes)               # gossip in IEEE fp32 on cuda
     assert t.opt_g.k == 2 and t.opt_d.k == 2 * s.loop.n_critic
 

@@ -127,6 +127,7 @@ class WGANTrainer:
         self.full_G = G if not self.placement.distributed else full_G   # rank 0: all M nodes, for hooks
         self.noise = [noise_generator(device, node_seed(settings.seed, i, NOISE_STREAM)) for i in self.node_ids]
         self.state = TrainState()
+        self._first_bad: dict[str, torch.Tensor] = {}   # per loss: [M] first non-finite iteration (0: none)
         self.config = config
         self.run_dir_lock = run_dir_lock        # held until the run ends (dadam3.run_dir.RunDir)
         self._start = time.perf_counter()
@@ -177,15 +178,33 @@ class WGANTrainer:
         return torch.linalg.vector_norm(torch.stack(norms), dim=0)
 
     def _check_finite(self, out: dict[str, torch.Tensor]) -> None:
-        vals = torch.stack([out[k] for k in out if k in LOSS_KEYS or k == "d_fake"])
-        i = first_false(torch.isfinite(vals).all(0))
-        node, message = None, None
-        if i is not None:
-            node = self.node_ids[i]
-            bad = [k for k in out if k in LOSS_KEYS and not bool(torch.isfinite(out[k][i]))]
-            message = (f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
-                       f"at iteration {self.state.iteration + 1}")
-        self._agree_finite(node, message, self.state.iteration + 1)
+        """Note, on the device, the first iteration at which each value of ``out`` stopped being
+        finite on each node; read back only where something is about to be written
+        (:meth:`_check_finite_so_far`), so an iteration never waits for the device."""
+        k = self.state.iteration + 1
+        for key in out:
+            if key in LOSS_KEYS or key == "d_fake":
+                first = self._first_bad.get(key)
+                if first is None:
+                    first = self._first_bad[key] = torch.zeros(out[key].shape, dtype=torch.int64, device=out[key].device)
+                first.masked_fill_(~torch.isfinite(out[key]) & (first == 0), k)
+
+    def _check_finite_so_far(self) -> None:
+        """Stop, naming node and iteration, if a loss went NaN/Inf since the run (re)started:
+        the earliest iteration, then the lowest node index."""
+        node, message, iteration = None, None, self.state.iteration
+        if self._first_bad:
+            keys = list(self._first_bad)
+            firsts = torch.stack([self._first_bad[key] for key in keys])                      # [keys, M]
+            never = torch.iinfo(torch.int64).max
+            per_node = torch.where(firsts == 0, never, firsts).min(0).values                  # [M]
+            i = first_false((per_node != per_node.min()) | (per_node == never))
+            if i is not None:
+                node, iteration = self.node_ids[i], int(per_node[i])
+                bad = [key for key, f in zip(keys, firsts[:, i].tolist()) if f == iteration and key in LOSS_KEYS]
+                message = (f"NaN/Inf in {', '.join(bad) or 'the critic scores'} of node {node} "
+                           f"at iteration {iteration}")
+        self._agree_finite(node, message, iteration)
 
     def _check_params_finite(self) -> None:
         node, message = None, None
@@ -198,14 +217,17 @@ class WGANTrainer:
         self._agree_finite(node, message, self.state.iteration)
 
     def _agree_finite(self, node: int | None, message: str | None, iteration: int) -> None:
-        """Every rank stops at the same check, naming the first node (by index) that went bad."""
-        M = self.placement.nodes
-        (first,) = self.placement.agree_max([M - (M if node is None else node)])   # max of M - node: min node
+        """Every rank stops at the same check, naming the earliest iteration and, at it, the lowest
+        node that went bad (over all ranks)."""
+        M, never = self.placement.nodes, 1 << 62
+        code = never if node is None else iteration * M + node                  # (iteration, node) in one int
+        (first,) = self.placement.agree_max([never - code])                     # max of never - code: min code
         if first == 0:
             return
-        first = M - first
-        message = next(m for n, m in self.placement.all_objects((node, message)) if n == first)
-        self._diverged(message, first, iteration)
+        first = never - first
+        first_iteration, first_node = divmod(first, M)
+        message = next(m for n, m in self.placement.all_objects((node, message)) if n == first_node and m)
+        self._diverged(message, first_node, first_iteration)
 
     def _diverged(self, message: str, node: int, iteration: int) -> None:
         last = checkpoint_path(self.run_dir)
@@ -237,6 +259,7 @@ class WGANTrainer:
             do_eval = self._evaluating and (k % s.eval_every == 0 or last)
             checked = False
             if self.logs_on_grid(k) or last or do_eval:
+                self._check_finite_so_far()
                 self._check_params_finite()
                 checked = True
                 # an off-grid record (last iteration, evaluation) leaves the window running, so a
@@ -249,11 +272,16 @@ class WGANTrainer:
                 self.logger.log(rec, step=k)
                 bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
             if self.sample is not None and (k % s.sample_every == 0 or last):
+                if not checked:
+                    self._check_finite_so_far()
+                    self._check_params_finite()
+                    checked = True
                 G = self._gathered_G()
                 if self.placement.is_main:
                     self.sample(G, k)
             if (s.checkpoint_every and k % s.checkpoint_every == 0) or last or signum:
                 if not checked:
+                    self._check_finite_so_far()
                     self._check_params_finite()
                 self.save_checkpoint()
             bar.update(1)
