@@ -210,7 +210,7 @@ class NodeOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for flat in self.flat:
                 for name, buf in flat.state.items():
-                    flat.flatten([self.state[p][name] for p in flat.params], out=buf)
+                    flat.copy_into(buf, [self.state[p][name] for p in flat.params])
                 self._bind_state_views(flat)
 
 

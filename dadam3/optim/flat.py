@@ -53,12 +53,10 @@ class FlatGroup:
     def new_buffer(self, fill: float = 0.0) -> torch.Tensor:
         return torch.full_like(self.param_buf, fill)
 
-    def flatten(self, tensors: Iterable[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
-        """``[n, P]`` holding ``tensors`` (one per parameter, each of its parameter's shape)."""
-        out = torch.empty_like(self.param_buf) if out is None else out
-        for view, t in zip(self.views(out), tensors):
+    def copy_into(self, buf: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
+        """Write ``tensors`` (one per parameter, each of its parameter's shape) into ``buf [n, P]``."""
+        for view, t in zip(self.views(buf), tensors):
             view.copy_(t)
-        return out
 
     @torch.no_grad()
     def sync(self) -> None:
