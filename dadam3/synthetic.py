@@ -46,7 +46,7 @@ def run(cfg: DictConfig, out_dir: Path) -> None:
     try:
         with StopSignals() as stop:
             result = run_synthetic(SyntheticGame(c=s.game_c, k=s.game_k), o.name, o.hparams, s.nodes, s.iterations,
-                                   seed=s.seed, topology=t.name, rounds=t.rounds, topology_kw=dict(t.options),
+                                   seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
                                    backend=s.backend, stop=lambda: stop.signum is not None)
     except SyntheticDiverged as e:
         write_results(out_dir, e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)})

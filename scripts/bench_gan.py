@@ -190,7 +190,7 @@ def copy_rate(device, dtype=torch.float32, n=1 << 28) -> float:
 
 class OpBytes(TorchDispatchMode):
     """Counts aten ops and the bytes they move: every tensor argument read once, every output
-    written once (views and metadata ops move nothing). A fused (compiled) update is counted
+    written once (views and metadata ops move nothing). A fused (compiled or numba) update is counted
     by :func:`count_fused` as one op reading its inputs and writing what it mutates."""
 
     FREE = ("view", "_unsafe_view", "as_strided", "select", "slice", "unbind", "detach", "alias", "t",
@@ -218,19 +218,20 @@ def _nbytes(tree) -> int:
 
 
 def count_optimizer(opts, counter: OpBytes):
-    """Ops and bytes of one joint step of ``opts``; a compiled update counts as one op reading every
-    buffer argument and writing d, work and the state buffers (what the fused kernel moves)."""
+    """Ops and bytes of one joint step of ``opts``; a fused update (torch.compile on CUDA, numba on
+    the CPU) counts as one op reading g, the base point and the state buffers and writing the
+    state buffers, work and (optimistic skeleton) d: what the fused kernel moves."""
     originals = []
     for opt in opts:
-        if opt.compiled:
+        if opt.fusion != "eager":
             fused = opt._update
+            writes_d = opt.SKELETON == "optimistic"
 
-            def counted(g, s, *bufs, _fused=fused):
+            def counted(g, s, *bufs, _fused=fused, _writes_d=writes_d):
                 counter.ops += 1
                 size = g.numel() * g.element_size()
-                # reads: g, x and the state buffers; writes: d, work and the state buffers
-                n_state = len(bufs) - 3
-                counter.bytes += size * ((2 + n_state) + (2 + n_state))
+                n_state = len(bufs) - (3 if _writes_d else 2)       # (x, d, work) or (p, work), then state
+                counter.bytes += size * ((2 + n_state) + (1 + _writes_d + n_state))
                 with torch.utils._python_dispatch._disable_current_modes():
                     return _fused(g, s, *bufs)
             originals.append((opt, fused))

@@ -1,18 +1,23 @@
 """Adding an optimizer takes exactly what the README says: the algorithm (a class on a
 skeleton: HPARAMS, STATE, scalars, direction), one registry line and one YAML file. Here an
 optimistic sign method is added that way (its YAML in a directory on Hydra's search path) and
-runs in the GAN trainer and on the synthetic game, whose compiled back end falls back to the
-torch optimizer for an algorithm without a numba kernel."""
+runs in the GAN trainer and on the synthetic game, whose compiled loop runs the same math
+through numba; an algorithm written with a function numba cannot compile falls back to the
+torch optimizer there."""
 import math
 
+import numpy as np
 import pytest
 import torch
 from trainer_runs import TOY, config, train
 
 import dadam3.optim as optim
 from dadam3.games.synthetic import SyntheticGame
+from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
-from dadam3.optim.base import LR, HParam, OptimisticGossip
+from dadam3.optim.base import LR, HParam
+from dadam3.optim.elementwise import sign
+from dadam3.optim.skeletons import OptimisticGossip
 from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 
@@ -23,13 +28,21 @@ class OptimisticSign(OptimisticGossip):
     HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
     STATE = {"steps": 0.0}
 
-    def scalars(self, group, k):
-        return [group["scale"]]
+    @staticmethod
+    def scalars(h, k):
+        return (h.scale,)
 
     @staticmethod
-    def direction(g, s, d, scratch, steps):
-        torch.sign(g, out=d).mul_(s[0])
-        steps.add_(1.0)
+    def direction(g, s, steps):
+        return sign(g) * s[0], steps + 1.0
+
+
+class TorchSign(OptimisticSign):
+    """The same method written with a torch function: numba cannot compile it."""
+
+    @staticmethod
+    def direction(g, s, steps):
+        return torch.sign(g) * s[0], steps + 1.0
 
 
 @pytest.fixture
@@ -53,7 +66,17 @@ def test_a_new_optimizer_trains_a_gan(osign, tmp_path):
 
 def test_a_new_optimizer_runs_on_the_synthetic_game(osign):
     game = SyntheticGame(c=1010, k=0.01)
+    assert kernel_for(OptimisticSign) is not None                # its math compiles: the numba loop runs it
     kernel = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
     torch_ = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
-    assert (kernel.final_point == torch_.final_point).all()   # no numba kernel: the torch optimizer ran
+    np.testing.assert_allclose(kernel.final_point, torch_.final_point, rtol=1e-12, atol=1e-15)
     assert abs(kernel.final_point).max() > 0
+
+
+def test_math_numba_cannot_compile_runs_through_torch_on_the_synthetic_game(monkeypatch):
+    monkeypatch.setitem(optim.OPTIMIZERS, "tsign", optim.Spec("tsign", TorchSign))
+    assert kernel_for(TorchSign) is None
+    game = SyntheticGame(c=1010, k=0.01)
+    kernel = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
+    torch_ = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
+    assert (kernel.final_point == torch_.final_point).all()   # the torch optimizer ran for both

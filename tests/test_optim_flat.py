@@ -2,8 +2,9 @@
 
 ``reference_optim`` is the optimizer code of commit 1e7f3a7 verbatim (one tensor at a
 time, a matmul per tensor per gossip round). The flat path (parameters, gradients and state
-as views of ``[n, P]`` buffers), its fused form (``compile=True``: ``torch.compile`` of the
-same ``update``) and the joint step of two optimizers (:func:`step_together`, one mixer call
+as views of ``[n, P]`` buffers) with its CPU default (the same math compiled by numba), its
+eager torch form, its fused form (``compile=True``: ``torch.compile`` of the same ``update``)
+and the joint step of two optimizers (:func:`step_together`, one mixer call
 per round for both) must give the same parameters and state, on several parameter tensors
 of different shapes, a maximising group, a time-varying topology and changing gradients.
 """
@@ -72,6 +73,34 @@ def test_flat_step_equals_per_parameter_step(name, topology):
         assert set(opt.state[p]) == {k for k, v in ref.state[q].items() if torch.is_tensor(v)}
         for key, value in opt.state[p].items():
             torch.testing.assert_close(value, ref.state[q][key], rtol=1e-13, atol=1e-13)
+
+
+def run_flat(name, steps=4, eager=False, dtype=torch.float64):
+    params = [p.detach().to(dtype).requires_grad_() for p in leaves(0)]
+    opt = build_optimizer(name, groups(params), mixer("one_peer_exponential"), **HP[name])
+    if eager:
+        opt._update = type(opt).update
+    for k in range(steps):
+        for p, g in zip(params, grads(k, params)):
+            p.grad = g.to(dtype)
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("name", sorted(HP))
+def test_numba_step_equals_eager_torch_step(name):
+    """The CPU's default update (numba) and the eager torch update of the same ``direction``."""
+    params, opt = run_flat(name)
+    ref_params, ref = run_flat(name, eager=True)
+    assert opt.fusion == "numba"
+    for p, q in zip(params, ref_params):
+        torch.testing.assert_close(p, q, rtol=1e-14, atol=1e-15)
+        for key, value in opt.state[p].items():
+            torch.testing.assert_close(value, ref.state[q][key], rtol=1e-14, atol=1e-15)
+    params32, opt32 = run_flat(name, dtype=torch.float32)      # float32 buffers: numba computes in float32/64
+    assert opt32.fusion == "numba"
+    for p, q in zip(params32, ref_params):
+        torch.testing.assert_close(p.double(), q, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

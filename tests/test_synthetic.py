@@ -5,6 +5,7 @@ import pytest
 
 from dadam3.errors import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
+from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import run_synthetic
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
@@ -47,12 +48,13 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, hp, nodes, topology, rounds", CASES)
-def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, rounds):
+def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, rounds, monkeypatch):
     n = 400
     every = np.arange(1, n + 1)   # log every iteration: e_k and R_k step by step
-    kw = dict(nodes=nodes, iterations=n, seed=3, topology=topology, rounds=rounds, log_its=every)
+    kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
     ref = run_synthetic(GAME, name, hp, backend="torch", **kw)
-    fast = run_synthetic(GAME, name, hp, backend="kernel", chunk=97, **kw)  # chunking must not matter
+    monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
+    fast = run_synthetic(GAME, name, hp, backend="kernel", **kw)
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
     np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)

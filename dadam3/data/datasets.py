@@ -40,7 +40,7 @@ from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDatase
                                     TensorImages, ToRGB, find_image_files)
 from dadam3.data.fake import FakeImages
 from dadam3.data.gaussians import GaussianRing
-from dadam3.data.idx import IdxError, read_idx
+from dadam3.data.idx import IdxError, find_idx_files, read_idx
 
 NAMES = ("mnist", "fashion_mnist", "cifar10", "cifar100", "celeba", "imagenette", "fake", "gaussians")
 
@@ -163,7 +163,7 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     prefix = "train" if train else "t10k"
     names = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
     tv_raw = root / "FashionMNIST" / "raw"
-    files = _find_idx_files(tv_raw, names) or _find_idx_files(root, names)
+    files = find_idx_files(tv_raw, names) or find_idx_files(root, names)
     if files is None and download:
         base = _construct(lambda: datasets.FashionMNIST(str(root), train=train, download=True),
                           "Fashion-MNIST", root, tv_raw, names, download, "")
@@ -176,17 +176,6 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     else:
         images, labels = _read_split(root, files)
     return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "fashion_mnist")
-
-
-def _find_idx_files(folder: Path, names: list[str]) -> list[Path] | None:
-    """``folder/name`` (or ``name.gz``) for every name, or ``None`` if any is missing."""
-    found = []
-    for name in names:
-        path = next((p for p in (folder / name, folder / f"{name}.gz") if p.is_file()), None)
-        if path is None:
-            return None
-        found.append(path)
-    return found
 
 
 def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:

@@ -24,6 +24,17 @@ class IdxError(ValueError):
     """The bytes are not a uint8 IDX file of the expected rank (message says why, one line)."""
 
 
+def find_idx_files(folder: Path, names: list[str]) -> list[Path] | None:
+    """``folder/name`` (or ``name.gz``) for every name, or ``None`` if any is missing."""
+    found = []
+    for name in names:
+        path = next((p for p in (folder / name, folder / f"{name}.gz") if p.is_file()), None)
+        if path is None:
+            return None
+        found.append(path)
+    return found
+
+
 def read_idx(path: str | Path, ndim: int | None = None) -> Tensor:
     """The uint8 tensor stored in the IDX file ``path`` (gzip-compressed when it ends in ``.gz``).
 

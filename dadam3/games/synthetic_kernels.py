@@ -1,51 +1,55 @@
-"""Numba kernels that run the optimizers on the 2-D synthetic game at ~100 ns/iteration.
+"""The synthetic game's compiled loop: the optimizers on the 2-D game at ~0.1 us/iteration.
 
-These are a second, compiled spelling of the torch optimizers in ``dadam3.optim``
-specialised to the closed-form operator of the synthetic game (one (theta, alpha)
-pair per node). They exist only because Fig. 1 needs 10^7 iterations and eager
-PyTorch costs ~100 us per step; ``tests/test_synthetic.py`` proves each kernel equal
-to its torch optimizer step by step (float64) on the same sample stream, so the
-optimizers stay the single source of truth.
+Fig. 1 needs 10^7 iterations and eager PyTorch costs ~100 us per step, so the loop over
+iterations (the game's closed-form operator, the metrics, the gossip with the time-varying
+operators) is compiled by numba. The step itself is not spelled again: it is the
+optimizer's own fused update (:func:`dadam3.optim.fused.fused_update`: the algorithm's
+``direction`` inside its skeleton's loop body) and its ``scalars``, compiled from the same
+functions the torch optimizers run. ``tests/test_synthetic.py`` proves the loop equal to the
+torch optimizers step by step (float64) on the same sample stream.
 
-Each algorithm is one :class:`Kernel`: its step (``step(g, x, out, state, k, hp)``), the
-named scalars it reads (a namedtuple, so the step writes ``hp.beta1``) and its initial
-state arrays. The loops are shared; per iteration k (1-based), with ``ops[(k-1) % P]``
-the mixing operator W_k^t:
+Per iteration k (1-based), with ``ops[(k-1) % P]`` the mixing operator W_k^t:
 
-    optimistic family (Dadam3, DOSG, OAdagrad; step writes D_k into ``out``):
-        G_k at Z_k; D_k = step; X_k = W_k^t (X_{k-1} - eta D_k); Z_{k+1} = W_{k+1}^t (X_k - eta D_k)
-    single-sequence family (DP-OAdam, DAdam, DSGD; step writes the point before mixing):
-        G_k at X_{k-1}; X_k = W_k^t step(X_{k-1}, G_k)
+    optimistic skeleton (Dadam3, DOSG, OAdagrad):
+        G_k at Z_k; D_k and X_{k-1} - eta D_k by the update; X_k = W_k^t (X_{k-1} - eta D_k);
+        Z_{k+1} = W_{k+1}^t (X_k - eta D_k)
+    single-sequence skeleton (DP-OAdam, DAdam, DSGD):
+        G_k at X_{k-1}; X_k = W_k^t (X_{k-1} - eta * direction) by the update
 
-:data:`KERNELS` maps each optimizer class to its kernel; an optimizer without one runs on the
-game through the torch optimizers instead (``backend=torch``, about 1 ms per iteration).
+An algorithm whose math numba cannot compile runs on the game through the torch optimizers
+(``backend=torch``, about 1 ms per iteration): :func:`kernel_for` returns None for it.
 """
 from __future__ import annotations
 
 import math
-from collections import namedtuple
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from dadam3.optim import DOSG, DSGD, DAdam, Dadam3, DPOAdam, OAdagrad
-
-AdamScalars = namedtuple("AdamScalars", "lr beta1 beta2 eps")
-Adam3Scalars = namedtuple("Adam3Scalars", "lr beta1 beta2 beta3 eps beta1_decay")
-AdagradScalars = namedtuple("AdagradScalars", "lr delta")
-LrScalars = namedtuple("LrScalars", "lr")
+from dadam3.optim import fused
 
 
 class Kernel(NamedTuple):
-    step: Any                                               # a numba function, see the module docstring
-    scalars: type                                           # namedtuple of the hyper-parameters it reads
-    init_state: Callable[[dict, tuple], tuple]              # (hparams, shape) -> state arrays
-    optimistic: bool                                        # family: run_optimistic, else run_single
+    """An optimizer class's compiled loop (``run(h, k0, points, state, is_c, ops, game, rec, li)``,
+    see :func:`_loops`) and its skeleton."""
+    run: Any
+    optimistic: bool               # points: (z, x, d), else x
+    cls: type                      # the optimizer class (HPARAMS, STATE, Hyper)
 
 
-def _zeros(n: int):
-    return lambda hp, shape: tuple(np.zeros(shape) for _ in range(n))
+def kernel_for(cls) -> Kernel | None:
+    """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math."""
+    step = fused.numba_step(cls)
+    if step is None:
+        return None
+    if cls not in _KERNELS:
+        optimistic = cls.SKELETON == "optimistic"
+        _KERNELS[cls] = Kernel(_loops(*step)[0 if optimistic else 1], optimistic, cls)
+    return _KERNELS[cls]
+
+
+_KERNELS: dict[type, Kernel] = {}
 
 
 # ---------------------------------------------------------------- the game and the loops
@@ -70,8 +74,9 @@ def _mix(W, src, dst):
 
 
 @njit(cache=True)
-def _record(z, k, mean_a, kk, zstar, acc, log_its, li, err_out, r_out):
+def _record(z, k, mean_a, kk, rec, li):
     """Accumulate ||grad F(z_bar_k)||^2 and, at logged iterations, write e_k and R_k."""
+    zstar, acc, log_its, err_out, r_out = rec
     M = z.shape[0]
     t = 0.0
     a = 0.0
@@ -100,122 +105,60 @@ def _finite(a):
     return True
 
 
-@njit(cache=True)
-def run_optimistic(direction, k0, z, x, d, state, is_c, ops, hp, c, kk, zstar, acc, log_its, li, err_out, r_out):
-    """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1``; ``z, x, d, state`` are
-    updated in place. Returns (next index into ``log_its``, iterations done); stops early
-    after the first iteration whose point is not finite."""
-    P = ops.shape[0]
-    g = np.empty_like(z)
-    tmp = np.empty_like(z)
-    for n in range(is_c.shape[0]):
-        k = k0 + n + 1
-        li = _record(z, k, (c + 2.0) / 3.0, kk, zstar, acc, log_its, li, err_out, r_out)
-        _operator(z, is_c[n], c, kk, g)
-        direction(g, x, d, state, k, hp)                     # D_k
-        for i in range(z.shape[0]):
-            for p in range(2):
-                tmp[i, p] = x[i, p] - hp.lr * d[i, p]
-        _mix(ops[(k - 1) % P], tmp, x)                       # X_k
-        for i in range(z.shape[0]):
-            for p in range(2):
-                tmp[i, p] = x[i, p] - hp.lr * d[i, p]
-        _mix(ops[k % P], tmp, z)                             # Z_{k+1}
-        if not _finite(z):
-            return li, n + 1
-    return li, is_c.shape[0]
+def _loops(update, scalars):
+    """The two loops with this algorithm's ``update`` and ``scalars`` compiled in (direct calls
+    numba can inline, instead of function values)."""
 
+    @njit
+    def scalars_into(s, h, k):
+        t = scalars(h, k) + (1.0, -h.lr)                     # the skeleton's: gradient sign, -eta
+        for i in range(len(t)):
+            s[i] = t[i]
 
-@njit(cache=True)
-def run_single(local_step, k0, x, state, is_c, ops, hp, c, kk, zstar, acc, log_its, li, err_out, r_out):
-    """Single-sequence family: ``local_step`` writes the point before mixing; see run_optimistic."""
-    P = ops.shape[0]
-    g = np.empty_like(x)
-    tmp = np.empty_like(x)
-    for n in range(is_c.shape[0]):
-        k = k0 + n + 1
-        li = _record(x, k, (c + 2.0) / 3.0, kk, zstar, acc, log_its, li, err_out, r_out)
-        _operator(x, is_c[n], c, kk, g)
-        local_step(g, x, tmp, state, k, hp)
-        _mix(ops[(k - 1) % P], tmp, x)                       # X_k
-        if not _finite(x):
-            return li, n + 1
-    return li, is_c.shape[0]
+    @njit
+    def run_optimistic(h, k0, points, state, is_c, ops, game, rec, li):
+        """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1``; ``points`` = (z, x, d) and
+        the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` = (zstar, acc,
+        log_its, err_out, r_out). Returns (next index into ``log_its``, iterations done); stops
+        early after the first iteration whose point is not finite."""
+        z, x, d = points
+        c, kk = game
+        P = ops.shape[0]
+        g = np.empty_like(z)
+        tmp = np.empty_like(z)
+        s = np.empty(len(scalars(h, 1)) + 2)
+        for n in range(is_c.shape[0]):
+            k = k0 + n + 1
+            li = _record(z, k, (c + 2.0) / 3.0, kk, rec, li)
+            _operator(z, is_c[n], c, kk, g)
+            scalars_into(s, h, k)
+            update(g.reshape(-1), s, x.reshape(-1), d.reshape(-1), tmp.reshape(-1), *state)  # D_k; X_{k-1} - eta D_k
+            _mix(ops[(k - 1) % P], tmp, x)                   # X_k
+            for i in range(z.shape[0]):
+                for p in range(2):
+                    tmp[i, p] = x[i, p] - h.lr * d[i, p]
+            _mix(ops[k % P], tmp, z)                         # Z_{k+1}
+            if not _finite(z):
+                return li, n + 1
+        return li, is_c.shape[0]
 
+    @njit
+    def run_single(h, k0, x, state, is_c, ops, game, rec, li):
+        """Single-sequence skeleton: the update writes the point before mixing; see run_optimistic."""
+        c, kk = game
+        P = ops.shape[0]
+        g = np.empty_like(x)
+        tmp = np.empty_like(x)
+        s = np.empty(len(scalars(h, 1)) + 2)
+        for n in range(is_c.shape[0]):
+            k = k0 + n + 1
+            li = _record(x, k, (c + 2.0) / 3.0, kk, rec, li)
+            _operator(x, is_c[n], c, kk, g)
+            scalars_into(s, h, k)
+            update(g.reshape(-1), s, x.reshape(-1), tmp.reshape(-1), *state)
+            _mix(ops[(k - 1) % P], tmp, x)                   # X_k
+            if not _finite(x):
+                return li, n + 1
+        return li, is_c.shape[0]
 
-# ---------------------------------------------------------------- optimistic directions: write D_k
-
-@njit(cache=True)
-def dadam3_direction(g, x, d, state, k, hp):
-    m, v, lam = state
-    b1k = hp.beta1 * hp.beta1_decay ** (k - 1)
-    for i in range(g.shape[0]):
-        for p in range(2):
-            m[i, p] = m[i, p] * b1k + (1.0 - b1k) * g[i, p]
-            v[i, p] = v[i, p] * hp.beta2 + (1.0 - hp.beta2) * (g[i, p] * g[i, p])
-            lam[i, p] = lam[i, p] * hp.beta3 + (1.0 - hp.beta3) * max(lam[i, p], v[i, p])
-            d[i, p] = m[i, p] / (math.sqrt(lam[i, p]) + hp.eps)
-
-
-@njit(cache=True)
-def dosg_direction(g, x, d, state, k, hp):
-    d[:] = g
-
-
-@njit(cache=True)
-def oadagrad_direction(g, x, d, state, k, hp):
-    (sum_sq,) = state
-    for i in range(g.shape[0]):
-        for p in range(2):
-            sum_sq[i, p] += g[i, p] * g[i, p]
-            d[i, p] = g[i, p] / (math.sqrt(sum_sq[i, p]) + hp.delta)
-
-
-# ---------------------------------------------------------------- single-sequence steps: the point before mixing
-
-@njit(cache=True)
-def _adam_direction(gi, m, v, i, p, c1, c2, hp):
-    """Bias-corrected Adam direction of one coordinate, updating m, v; c1 = 1 - beta1^k,
-    c2 = 1 - beta2^k (computed once per iteration: two pow calls per coordinate doubled
-    DP-OAdam's time)."""
-    m[i, p] = m[i, p] * hp.beta1 + (1.0 - hp.beta1) * gi
-    v[i, p] = v[i, p] * hp.beta2 + (1.0 - hp.beta2) * (gi * gi)
-    return (m[i, p] / c1) / (math.sqrt(v[i, p] / c2) + hp.eps)
-
-
-@njit(cache=True)
-def dp_oadam_step(g, x, out, state, k, hp):
-    m, v, d_prev = state
-    c1, c2 = 1.0 - hp.beta1 ** k, 1.0 - hp.beta2 ** k
-    for i in range(g.shape[0]):
-        for p in range(2):
-            dk = _adam_direction(g[i, p], m, v, i, p, c1, c2, hp)
-            out[i, p] = x[i, p] - 2.0 * hp.lr * dk + hp.lr * d_prev[i, p]
-            d_prev[i, p] = dk
-
-
-@njit(cache=True)
-def dadam_step(g, x, out, state, k, hp):
-    m, v = state
-    c1, c2 = 1.0 - hp.beta1 ** k, 1.0 - hp.beta2 ** k
-    for i in range(g.shape[0]):
-        for p in range(2):
-            out[i, p] = x[i, p] - hp.lr * _adam_direction(g[i, p], m, v, i, p, c1, c2, hp)
-
-
-@njit(cache=True)
-def dsgd_step(g, x, out, state, k, hp):
-    for i in range(g.shape[0]):
-        for p in range(2):
-            out[i, p] = x[i, p] - hp.lr * g[i, p]
-
-
-KERNELS: dict[type, Kernel] = {
-    Dadam3: Kernel(dadam3_direction, Adam3Scalars,
-                   lambda hp, shape: (np.zeros(shape), np.zeros(shape), np.full(shape, hp["lambda0"])), True),
-    DOSG: Kernel(dosg_direction, LrScalars, _zeros(1), True),   # numba cannot type an empty tuple: one unused array
-    OAdagrad: Kernel(oadagrad_direction, AdagradScalars, _zeros(1), True),
-    DPOAdam: Kernel(dp_oadam_step, AdamScalars, _zeros(3), False),
-    DAdam: Kernel(dadam_step, AdamScalars, _zeros(2), False),
-    DSGD: Kernel(dsgd_step, LrScalars, _zeros(1), False),
-}
+    return run_optimistic, run_single

@@ -4,8 +4,9 @@ Two back ends consume the same sample stream and give the same numbers:
 
 * ``torch``: the optimizers of ``dadam3.optim`` on stacked (theta, alpha) tensors, the
   gradient of f by autograd, alpha in a ``maximize`` group. ~100 us per iteration.
-* ``kernel``: the compiled kernels of :mod:`dadam3.games.synthetic_kernels`, proven
-  equal to the torch back end in the tests. ~0.1 us per iteration.
+* ``kernel``: the compiled loop of :mod:`dadam3.games.synthetic_kernels` around the
+  optimizer's own math compiled by numba, proven equal to the torch back end in the
+  tests. ~0.1 us per iteration.
 
 Metrics at iteration k, with z_bar_k the node average of the point where the k-th
 gradients are taken: e_k = ||z_bar_k - z*|| / ||z*|| and
@@ -16,13 +17,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable
+from functools import partial
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 
 from dadam3.errors import ConfigError, Diverged, RunStopped
 from dadam3.games.synthetic import SyntheticGame, log_iterations
+from dadam3.games.synthetic_kernels import Kernel, kernel_for
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, optimizer_spec
 
@@ -62,11 +65,14 @@ class SyntheticInterrupted(RunStopped):
         self.iteration, self.result, self.exit_code = iteration, result, exit_code
 
 
-def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int, iterations: int,
-                  seed: int = 0, topology: str = "ring", rounds: int = 1, topology_kw: dict | None = None,
-                  backend: str = "kernel", log_its: np.ndarray | None = None, chunk: int = CHUNK,
-                  stop: Callable[[], bool] | None = None) -> SyntheticResult:
+def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, float], nodes: int, iterations: int,
+                  seed: int = 0, topology: str | Mapping[str, Any] = "ring", backend: str = "kernel",
+                  log_its: np.ndarray | None = None, stop: Callable[[], bool] | None = None) -> SyntheticResult:
     """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes.
+
+    ``topology``: a topology's name, or its config group (``name``, ``rounds`` and the
+    topology's options). The kernel back end draws the samples and checks ``stop`` every
+    :data:`CHUNK` iterations.
 
     Raises :class:`SyntheticDiverged` (naming the first iteration whose point is not
     finite, with the records logged up to there) if the iterates overflow, and
@@ -78,30 +84,25 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: dict, nodes: int
         raise ConfigError("backend", backend, f"allowed: {', '.join(BACKENDS)}")
     iterations = int(iterations)
     hp = optimizer_spec(optimizer).check_hparams(hparams)
-    mixer = mixer_for(optimizer, nodes, topology, rounds, **(topology_kw or {}))
+    topology_kw = {"name": topology} if isinstance(topology, str) else dict(topology)
+    mixer = mixer_for(optimizer, nodes, topology_kw.pop("name"), topology_kw.pop("rounds", 1), **topology_kw)
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
-    if backend == "kernel" and not has_kernel(optimizer):
-        log.info("optimizer=%s has no compiled kernel: running the torch optimizer (backend=torch)", optimizer)
-        backend = "torch"
-    run = _run_kernel if backend == "kernel" else _run_torch
+    kernel = kernel_for(optimizer_spec(optimizer).cls) if backend == "kernel" else None
+    if backend == "kernel" and kernel is None:
+        log.info("optimizer=%s: numba cannot compile its math; running the torch optimizer (backend=torch)",
+                 optimizer)
+    run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer)
     t0 = time.perf_counter()
     stop = stop or (lambda: False)
-    err, r, final, done = run(game, optimizer, hp, mixer, nodes, iterations, np.random.default_rng(seed),
-                              log_its, chunk, stop)
+    err, r, final, done = run(game, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its, stop)
     if done < iterations:
         logged = log_its < done + 1
-        partial = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0)
+        so_far = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0)
         if stop() and np.isfinite(final).all():
-            raise SyntheticInterrupted(f"after iteration {done} of {iterations}", done, partial)
+            raise SyntheticInterrupted(f"after iteration {done} of {iterations}", done, so_far)
         raise SyntheticDiverged(f"the iterates are not finite after iteration {done} "
-                                f"(optimizer={optimizer}, lr={hp['lr']:g})", done, partial)
+                                f"(optimizer={optimizer}, lr={hp['lr']:g})", done, so_far)
     return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0)
-
-
-def has_kernel(optimizer: str) -> bool:
-    """Whether ``optimizer`` has a compiled kernel (:data:`dadam3.games.synthetic_kernels.KERNELS`)."""
-    from dadam3.games import synthetic_kernels as K
-    return optimizer_spec(optimizer).cls in K.KERNELS
 
 
 def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
@@ -113,36 +114,31 @@ def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
     return np.stack([topo.operator(k) for k in range(1, period + 1)])
 
 
-def _run_kernel(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk, stop):
-    from dadam3.games import synthetic_kernels as K
-
-    kernel = K.KERNELS[optimizer_spec(optimizer).cls]
-    optimistic = kernel.optimistic
+def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its, stop):
+    cls = kernel.cls
     ops = np.ascontiguousarray(_mixing_operators(mixer, nodes))
-    zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
-    acc = np.zeros(1)
-    scalars = kernel.scalars(**{name: hp[name] for name in kernel.scalars._fields})
-    state = kernel.init_state(hp, (nodes, 2))
+    rec = (game.fne(), np.zeros(1), log_its, err, r)
+    h = cls.Hyper(**{name: float(hp[name]) for name in cls.HPARAMS})
+    state = tuple(np.full(nodes * 2, float(hp[init]) if isinstance(init, str) else float(init))
+                  for init in cls.STATE.values())
     x, d = np.zeros((nodes, 2)), np.zeros((nodes, 2))
     z = ops[0] @ x                                                    # Z_1 = W_1^t X_0
     li, k0 = 0, 0
     while k0 < iterations:
-        n = min(chunk, iterations - k0)
+        n = min(CHUNK, iterations - k0)
         is_c = SyntheticGame.draw(rng, n, nodes)
-        if optimistic:
-            li, done = K.run_optimistic(kernel.step, k0, z, x, d, state, is_c, ops, scalars, game.c, game.k,
-                                        zstar, acc, log_its, li, err, r)
+        if kernel.optimistic:
+            li, done = kernel.run(h, k0, (z, x, d), state, is_c, ops, (game.c, game.k), rec, li)
         else:
-            li, done = K.run_single(kernel.step, k0, x, state, is_c, ops, scalars, game.c, game.k, zstar, acc,
-                                    log_its, li, err, r)
+            li, done = kernel.run(h, k0, x, state, is_c, ops, (game.c, game.k), rec, li)
         k0 += done
         if done < n or stop():
             break
-    return err, r, (z if optimistic else x).copy(), k0
+    return err, r, (z if kernel.optimistic else x).copy(), k0
 
 
-def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chunk, stop):
+def _run_torch(optimizer, game, hp, mixer, nodes, iterations, rng, log_its, stop):
     theta = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     alpha = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hp)
@@ -150,7 +146,7 @@ def _run_torch(game, optimizer, hp, mixer, nodes, iterations, rng, log_its, chun
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc, li, k = 0.0, 0, 0
     while k < iterations:
-        is_c = torch.from_numpy(SyntheticGame.draw(rng, min(chunk, iterations - k), nodes))
+        is_c = torch.from_numpy(SyntheticGame.draw(rng, min(CHUNK, iterations - k), nodes))
         for row in is_c:
             if stop():
                 return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k

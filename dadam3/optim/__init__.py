@@ -28,8 +28,9 @@ from typing import Any, Callable, Mapping
 from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam3 import Dadam3
-from dadam3.optim.base import (HParam, NodeOptimizer, OptimisticGossip, SingleSequenceGossip, start_together,
-                               step_together)
+from dadam3.optim.base import HParam, NodeOptimizer
+from dadam3.optim.skeletons import OptimisticGossip, SingleSequenceGossip
+from dadam3.optim.together import start_together, step_together
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
 from dadam3.optim.osg import DOSG

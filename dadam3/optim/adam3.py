@@ -17,9 +17,9 @@ X_0 = the parameters, M_0 = V_0 = D_0 = 0, Lambda_0 = ``lambda0`` (0 in the pape
 """
 from __future__ import annotations
 
-import torch
-
-from dadam3.optim.base import EPS, LR, UNIT, HParam, OptimisticGossip
+from dadam3.optim.base import EPS, LR, UNIT, HParam
+from dadam3.optim.elementwise import maximum, sqrt
+from dadam3.optim.skeletons import OptimisticGossip
 
 
 class Dadam3(OptimisticGossip):
@@ -37,15 +37,14 @@ class Dadam3(OptimisticGossip):
 
     STATE = {"m": 0.0, "v": 0.0, "lam": "lambda0"}
 
-    def scalars(self, group, k):
-        beta1_k = group["beta1"] * group["beta1_decay"] ** (k - 1)
-        return [1 - beta1_k, 1 - group["beta2"], 1 - group["beta3"], group["eps"]]
+    @staticmethod
+    def scalars(h, k):
+        beta1_k = h.beta1 * h.beta1_decay ** (k - 1)
+        return (1.0 - beta1_k, 1.0 - h.beta2, 1.0 - h.beta3, h.eps)
 
     @staticmethod
-    def direction(g, s, d, scratch, m, v, lam):
-        m.lerp_(g, s[0])                                     # M_k = b1k M + (1 - b1k) G_k
-        v.lerp_(g * g, s[1])                                 # V_k = b2 V + (1 - b2) G_k^2
-        torch.maximum(lam, v, out=scratch)                   # max(Lambda_{k-1}, V_k)
-        lam.lerp_(scratch, s[2])                             # Lambda_k
-        torch.sqrt(lam, out=scratch).add_(s[3])              # sqrt(Lambda_k) + eps
-        torch.div(m, scratch, out=d)                         # D_k
+    def direction(g, s, m, v, lam):
+        m = m + s[0] * (g - m)                               # M_k = b1k M + (1 - b1k) G_k
+        v = v + s[1] * (g * g - v)                           # V_k = b2 V + (1 - b2) G_k^2
+        lam = lam + s[2] * (maximum(lam, v) - lam)           # Lambda_k = b3 Lambda + (1 - b3) max(Lambda, V_k)
+        return m / (sqrt(lam) + s[3]), m, v, lam             # D_k

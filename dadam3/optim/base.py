@@ -1,5 +1,5 @@
 """Machinery shared by every optimizer: node-stacked parameters, the mixer, the sign
-convention and the loop contract.
+convention, the loop contract and how an algorithm's math is run.
 
 * Every parameter is a tensor ``[M, ...]``: row i is node i's copy. Under
   torch.distributed a rank holds only its block of rows, ``[mixer.local_nodes, ...]``;
@@ -14,36 +14,37 @@ convention and the loop contract.
   gradient must be taken (``Z_{k+1}`` for the optimistic methods, ``X_k`` for the
   single-sequence ones). A loop is just ``start(); (grads at params -> step())*``.
 * ``mixer=None`` means no communication (W = I).
-* Hyper-parameters: each algorithm declares ``HPARAMS``, name -> :class:`HParam` (its
-  default and allowed interval); the constructor checks what it is given against them,
-  as ``torch.optim`` does, and the registry, the configs and the synthetic kernels read
-  the same table.
-* An algorithm is its hyper-parameters (``HPARAMS``), its state buffers and their initial
-  values (``STATE``), the per-step numbers it needs (``scalars(group, k)``) and its
-  direction, written once as an in-place function of whole buffers:
-  ``direction(g, s, out, scratch, *state)`` writes the step direction into ``out``
-  (``s``: the scalars as a tensor; ``scratch``: a free buffer). Its skeleton (the two-sequence
-  :class:`OptimisticGossip` or the adapt-then-combine :class:`SingleSequenceGossip`) does the
-  rest: ``X - eta * direction`` and the gossip.
+* An algorithm is written once, as pure element-wise functions in the vocabulary of
+  :mod:`dadam3.optim.elementwise`: its hyper-parameters (``HPARAMS``, name -> :class:`HParam`:
+  default and allowed interval, checked by the constructor as ``torch.optim`` does), its state
+  buffers and their initial values (``STATE``), the numbers a step needs
+  (``scalars(h, k)``, ``h`` the hyper-parameters as a named tuple) and its
+  ``direction(g, s, *state) -> (direction, *new_state)``. Its skeleton
+  (:class:`~dadam3.optim.skeletons.OptimisticGossip` or
+  :class:`~dadam3.optim.skeletons.SingleSequenceGossip`) does the rest: ``X - eta * direction``
+  and the gossip.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:mod:`dadam3.optim.flat`), so a step is a few element-wise ops on whole buffers and one
-  mixer call per gossip round. ``compile=True`` (the default on CUDA) runs the skeleton's
-  ``update`` (direction, then ``X - eta * direction``) through ``torch.compile``, which fuses
-  it into one kernel; the same function runs eagerly otherwise. :func:`step_together` steps several
-  optimizers that share a mixer with one exchange per gossip round for all of them.
+  (:mod:`dadam3.optim.flat`), so a step is one fused pass over the buffers and one mixer call
+  per gossip round. The fused pass is ``torch.compile`` of the skeleton's ``update`` on CUDA
+  (``compile=True``) and the same math compiled by numba on the CPU (:mod:`dadam3.optim.fused`);
+  ``update`` runs eagerly otherwise (``compile=False`` on CUDA, fake tensors).
+  :func:`~dadam3.optim.together.step_together` steps several optimizers that share a mixer
+  with one exchange per gossip round for all of them.
 """
 from __future__ import annotations
 
-import math
+from collections import namedtuple
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
 from torch._guards import detect_fake_mode
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
+from dadam3.optim import fused
 from dadam3.optim.flat import FlatGroup
+from dadam3.optim.together import MixRound, start_together, step_together
 
 
 @dataclass(frozen=True)
@@ -64,30 +65,39 @@ LR = HParam(1e-3, 0.0, None, low_open=True)
 UNIT = HParam(0.0, 0.0, 1.0)                     # a decay rate in [0, 1)
 EPS = HParam(1e-8)
 ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
+FUSED_DTYPES = (torch.float32, torch.float64)    # what the numba update runs on
 
 
 class NodeOptimizer(torch.optim.Optimizer):
-    """Base class: the mixer, the iteration counter ``k`` (steps taken so far) and the flat
-    buffers of each parameter group.
+    """Base class: the mixer, the iteration counter ``k`` and the flat buffers of each
+    parameter group.
 
     An algorithm subclasses a skeleton and declares ``HPARAMS``, ``STATE`` (name -> initial
-    value, a number or the name of a hyper-parameter), ``scalars(group, k)`` and the static
-    ``direction(g, s, out, scratch, *state)``; the skeleton's ``compose`` turns the direction
-    into the class's ``update`` (once, when the class is defined).
+    value, a number or the name of a hyper-parameter), the static ``scalars(h, k)`` and the
+    static ``direction(g, s, *state)``; when the class is defined its ``Hyper`` named tuple is
+    made from ``HPARAMS`` and the skeleton's ``compose`` turns the direction into ``update``.
     """
 
     HPARAMS: ClassVar[dict[str, HParam]] = {}
     STATE: ClassVar[dict[str, float | str]] = {}
+    SKELETON: ClassVar[str]                          # a loop body of dadam3.optim.fused.BODIES
+    Hyper: ClassVar[type]
     update: ClassVar[Callable[..., None]]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        cls.Hyper = namedtuple(f"{cls.__name__}Hyper", list(cls.HPARAMS))
         if "direction" in cls.__dict__:
             cls.update = staticmethod(cls.compose(cls.direction))
 
     @staticmethod
-    def compose(direction: Callable[..., None]) -> Callable[..., None]:
+    def compose(direction: Callable[..., tuple]) -> Callable[..., None]:
         raise NotImplementedError
+
+    @staticmethod
+    def scalars(h, k: int) -> tuple:
+        """The numbers ``direction`` reads from ``s`` at step k (none by default)."""
+        return ()
 
     @classmethod
     def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
@@ -100,6 +110,13 @@ class NodeOptimizer(torch.optim.Optimizer):
                 raise ConfigError(f"optimizer.{key}", value, f"not an option of {owner or cls.__name__}; "
                                                              f"allowed: {', '.join(cls.HPARAMS)}")
         return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
+
+    @classmethod
+    def step_scalars(cls, group: Mapping[str, Any], k: int) -> list[float]:
+        """``scalars(h, k)``, then the skeleton's two: the gradient's sign (-1 for a maximising
+        group) and -lr."""
+        h = cls.Hyper(**{name: group[name] for name in cls.HPARAMS})
+        return [*cls.scalars(h, k), -1.0 if group.get("maximize") else 1.0, -group["lr"]]
 
     def __init__(self, params: Iterable, mixer: Mixer | None = None, maximize: bool = False,
                  compile: bool | None = None, **hparams):
@@ -122,12 +139,23 @@ class NodeOptimizer(torch.optim.Optimizer):
             flat.work = torch.empty_like(flat.param_buf)
             flat.scalars = None
             self._bind_state_views(flat)
-        device = self.flat[0].param_buf.device if self.flat else torch.device("cpu")
-        if compile is None:     # fake tensors (device checks without a GPU) have no memory to run a kernel on
-            compile = device.type == "cuda" and torch.cuda.is_available() and \
-                not (self.flat and detect_fake_mode((self.flat[0].param_buf,)))
-        self.compiled = bool(compile)
-        self._update = compiled_update(type(self)) if self.compiled else type(self).update
+        self.fusion, self._update = self._choose_update(compile)
+
+    def _choose_update(self, compile: bool | None) -> tuple[str, Callable[..., None]]:
+        """("compile" | "numba" | "eager", the update): ``torch.compile`` when asked (by default
+        on CUDA), numba on the CPU, the eager ``update`` otherwise. Fake tensors (device checks
+        without a GPU) have no memory to run a kernel on."""
+        buf = self.flat[0].param_buf if self.flat else torch.empty(0)
+        fake = self.flat and detect_fake_mode((buf,)) is not None
+        if compile is None:
+            compile = buf.device.type == "cuda" and torch.cuda.is_available() and not fake
+        if compile:
+            return "compile", compiled_update(type(self))
+        step = fused.numba_step(type(self)) if buf.device.type == "cpu" and not fake and buf.dtype in FUSED_DTYPES \
+            else None
+        if step is not None:
+            return "numba", _on_numpy(step[0])
+        return "eager", type(self).update
 
     def _state_init(self) -> dict[str, float | str]:
         return dict(self.STATE)
@@ -151,15 +179,9 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             yield from group["params"]
 
-    def _operator(self, group: dict, flat: FlatGroup) -> torch.Tensor:
-        """G of the group as one ``[n, P]`` buffer: the gradients (negated for ``maximize``)."""
-        flat.sync()
-        return -flat.grad_buf if group["maximize"] else flat.grad_buf
-
     def _scalar_tensor(self, group: dict, flat: FlatGroup, k: int) -> torch.Tensor:
-        """``scalars(group, k)`` and -lr (the skeleton's, last) as a 1-D tensor on the buffers'
-        device (an asynchronous copy on CUDA)."""
-        values = torch.tensor(self.scalars(group, k) + [-group["lr"]], dtype=flat.param_buf.dtype)
+        """:meth:`step_scalars` as a 1-D tensor on the buffers' device (an asynchronous copy on CUDA)."""
+        values = torch.tensor(self.step_scalars(group, k), dtype=flat.param_buf.dtype)
         device = flat.param_buf.device
         if device.type != "cuda":
             return values.to(device)
@@ -169,15 +191,11 @@ class NodeOptimizer(torch.optim.Optimizer):
             values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
         return flat.scalars.copy_(values, non_blocking=True)
 
-    def scalars(self, group: dict, k: int) -> list[float]:
-        """The numbers ``direction`` reads from ``s`` at step k (none by default)."""
-        return []
-
-    def _rounds(self) -> Iterator["MixRound"]:
+    def _rounds(self) -> Iterator[MixRound]:
         """The step as a generator of its gossip rounds (see :func:`step_together`)."""
         raise NotImplementedError
 
-    def _start_rounds(self) -> Iterator["MixRound"]:
+    def _start_rounds(self) -> Iterator[MixRound]:
         """``start()`` as a generator of its gossip rounds (none by default)."""
         self.started = True
         yield from ()
@@ -214,132 +232,11 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
-class MixRound:
-    """One gossip round of a step: ``outs <- W_k^t tensors`` (a plain copy without a mixer)."""
-
-    def __init__(self, tensors: list[torch.Tensor], outs: list[torch.Tensor], k: int):
-        self.tensors, self.outs, self.k = tensors, outs, k
-
-
-@torch.no_grad()
-def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
-    """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
-    mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
-    message per neighbour for all players. Same results as stepping them one by one.
-
-    Optimizers with different mixers, classes or iteration counters are stepped one by one."""
-    for opt in optimizers:
-        if not opt.started:
-            raise RuntimeError(f"{type(opt).__name__}.step() before start(): call start() (or "
-                               "start_together) once before the first gradient of a fresh run")
-    _together(list(optimizers), lambda opt: opt._rounds())
-
-
-@torch.no_grad()
-def start_together(optimizers: Sequence[NodeOptimizer]) -> None:
-    """``start()`` of several optimizers sharing a mixer, with one exchange for all of them."""
-    _together(list(optimizers), lambda opt: opt._start_rounds())
-
-
-def _together(optimizers: list[NodeOptimizer], rounds_of: Callable[[NodeOptimizer], Iterator["MixRound"]]) -> None:
-    """Run the optimizers' gossip-round generators side by side, one mixer call per round."""
-    first = optimizers[0]
-    if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):
-        for opt in optimizers:
-            _together([opt], rounds_of)
-        return
-    rounds = [rounds_of(opt) for opt in optimizers]
-    while True:
-        requests = [next(r, None) for r in rounds]
-        if requests[0] is None:
-            return
-        tensors = [t for req in requests for t in req.tensors]
-        outs = [o for req in requests for o in req.outs]
-        if first.mixer is None:
-            for o, t in zip(outs, tensors):
-                o.copy_(t)
-        else:
-            first.mixer.mix(tensors, requests[0].k, out=outs)
-
-
-class OptimisticGossip(NodeOptimizer):
-    """The two-sequence structure shared by Dadam3, DOSG and OAdagrad:
-
-        Z_k = (X_{k-1} - eta D_{k-1}) W^t          (gradient point; the params)
-        G_k = operator at Z_k
-        D_k = direction(G_k, state)                  (algorithm-specific)
-        X_k = (X_{k-1} - eta D_k) W^t
-
-    with D_0 = 0, so Z_1 = X_0 W^t; X_0 is the parameters' value at construction.
-    Per group the state holds ``x`` (X), ``d`` (D) and the algorithm's own buffers, all flat.
-    The algorithm's ``direction`` writes D_k into ``d`` (and its state in place); ``update``
-    adds ``X_{k-1} - eta D_k`` into ``work``; the mixer reads ``work`` for X_k, then
-    ``X_k - eta D_k`` (written into ``work`` again) for Z_{k+1}.
-    """
-
-    @staticmethod
-    def compose(direction):
-        def update(g, s, x, d, work, *state):
-            direction(g, s, d, work, *state)                  # D_k (work: scratch)
-            torch.addcmul(x, d, s[-1], out=work)              # X_{k-1} - eta D_k
-        return update
-
-    def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
-                 compile: bool | None = None, **hparams):
-        super().__init__(params, mixer, maximize, compile, **hparams)
-
-    def _start_rounds(self):
-        self.started = True
-        for flat in self.flat:
-            flat.state["x"].copy_(flat.param_buf)                                            # X_0
-        yield MixRound([f.state["x"] for f in self.flat], [f.param_buf for f in self.flat], 1)  # Z_1 = X_0 W^t
-
-    def _state_init(self):
-        return {"x": 0.0, "d": 0.0, **self.STATE}
-
-    def _rounds(self):
-        self.k += 1
-        k = self.k
-        for group, flat in zip(self.param_groups, self.flat):
-            st = flat.state
-            self._update(self._operator(group, flat), self._scalar_tensor(group, flat, k),
-                         st["x"], st["d"], flat.work, *(st[name] for name in self.STATE))
-        yield MixRound([f.work for f in self.flat], [f.state["x"] for f in self.flat], k)      # X_k
-        for group, flat in zip(self.param_groups, self.flat):
-            torch.add(flat.state["x"], flat.state["d"], alpha=-group["lr"], out=flat.work)      # X_k - eta D_k
-        yield MixRound([f.work for f in self.flat], [f.param_buf for f in self.flat], k + 1)  # Z_{k+1}
-
-
-class SingleSequenceGossip(NodeOptimizer):
-    """One sequence, adapt-then-combine: the gradient is taken at X_{k-1} (the params),
-
-        X_k = local_step(X_{k-1}, G_k) W^t
-
-    The algorithm's ``direction`` writes its step direction into ``tmp``; ``update`` adds
-    ``X_{k-1} - eta * direction`` into ``work``, which the mixer reads.
-    """
-
-    @staticmethod
-    def compose(direction):
-        def update(g, s, p, work, tmp, *state):
-            direction(g, s, tmp, work, *state)                # the step direction (work: scratch)
-            torch.addcmul(p, tmp, s[-1], out=work)            # X_{k-1} - eta * direction
-        return update
-
-    def __init__(self, params, mixer: Mixer | None = None, maximize: bool = False,
-                 compile: bool | None = None, **hparams):
-        super().__init__(params, mixer, maximize, compile, **hparams)
-        for flat in self.flat:
-            flat.tmp = torch.empty_like(flat.param_buf)
-
-    def _rounds(self):
-        self.k += 1
-        k = self.k
-        for group, flat in zip(self.param_groups, self.flat):
-            st = flat.state
-            self._update(self._operator(group, flat), self._scalar_tensor(group, flat, k),
-                         flat.param_buf, flat.work, flat.tmp, *(st[name] for name in self.STATE))
-        yield MixRound([f.work for f in self.flat], [f.param_buf for f in self.flat], k)
+def _on_numpy(kernel: Callable[..., None]) -> Callable[..., None]:
+    """The numba ``kernel`` called on 1-D numpy views of the (CPU, contiguous) buffers."""
+    def update(g, s, *buffers):
+        kernel(g.numpy().reshape(-1), s.numpy(), *(b.numpy().reshape(-1) for b in buffers))
+    return update
 
 
 _COMPILED: dict[type, Callable[..., None]] = {}
@@ -358,19 +255,3 @@ def _evaluate(closure):
         return None
     with torch.enable_grad():
         return closure()
-
-
-def adam_scalars(group: dict, k: int) -> list[float]:
-    """[1 - b1, 1 - b2, 1 / (1 - b1^k), 1 / sqrt(1 - b2^k), eps] for :func:`adam_direction_`."""
-    b1, b2 = group["beta1"], group["beta2"]
-    return [1 - b1, 1 - b2, 1 / (1 - b1 ** k), 1 / math.sqrt(1 - b2 ** k), group["eps"]]
-
-
-def adam_direction_(g, s, m, v, out) -> None:
-    """Bias-corrected Adam direction (Kingma & Ba 2015) into ``out``, m and v in place:
-    m_k = b1 m + (1-b1) g, v_k = b2 v + (1-b2) g^2, D = (m_k/(1-b1^k)) / (sqrt(v_k/(1-b2^k)) + eps).
-    ``s`` = :func:`adam_scalars`."""
-    m.lerp_(g, s[0])
-    v.lerp_(g * g, s[1])
-    torch.sqrt(v, out=out).mul_(s[3]).add_(s[4])                 # sqrt(v_hat) + eps
-    torch.div(m, out, out=out).mul_(s[2])                          # m_hat / (sqrt(v_hat) + eps)

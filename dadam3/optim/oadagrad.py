@@ -13,9 +13,9 @@ OAdagrad on one node).
 """
 from __future__ import annotations
 
-import torch
-
-from dadam3.optim.base import LR, HParam, OptimisticGossip
+from dadam3.optim.base import LR, HParam
+from dadam3.optim.elementwise import sqrt
+from dadam3.optim.skeletons import OptimisticGossip
 
 
 class OAdagrad(OptimisticGossip):
@@ -25,11 +25,11 @@ class OAdagrad(OptimisticGossip):
 
     STATE = {"sum_sq": 0.0}
 
-    def scalars(self, group, k):
-        return [group["delta"]]
+    @staticmethod
+    def scalars(h, k):
+        return (h.delta,)
 
     @staticmethod
-    def direction(g, s, d, scratch, sum_sq):
-        sum_sq.addcmul_(g, g)                                # ||g_{1:k,i}||^2
-        torch.sqrt(sum_sq, out=scratch).add_(s[0])           # diagonal of H_k
-        torch.div(g, scratch, out=d)                         # D_k = H_k^{-1} g_k
+    def direction(g, s, sum_sq):
+        sum_sq = sum_sq + g * g                              # ||g_{1:k,i}||^2
+        return g / (sqrt(sum_sq) + s[0]), sum_sq             # D_k = H_k^{-1} g_k

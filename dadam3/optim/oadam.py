@@ -13,9 +13,9 @@ Single sequence: the gradient is taken at X_k, which the parameters hold.
 """
 from __future__ import annotations
 
-import torch
-
-from dadam3.optim.base import ADAM_HPARAMS, SingleSequenceGossip, adam_direction_, adam_scalars
+from dadam3.optim.base import ADAM_HPARAMS
+from dadam3.optim.elementwise import adam_direction, adam_scalars
+from dadam3.optim.skeletons import SingleSequenceGossip
 
 
 class DPOAdam(SingleSequenceGossip):
@@ -25,11 +25,9 @@ class DPOAdam(SingleSequenceGossip):
 
     STATE = {"m": 0.0, "v": 0.0, "d": 0.0}
 
-    def scalars(self, group, k):
-        return adam_scalars(group, k)
+    scalars = staticmethod(adam_scalars)
 
     @staticmethod
-    def direction(g, s, out, scratch, m, v, d):
-        adam_direction_(g, s, m, v, out=scratch)             # D_k
-        torch.add(scratch, d, alpha=-0.5, out=out).mul_(2)   # 2 D_k - D_{k-1}: X_{k-1} - eta (2 D_k - D_{k-1})
-        d.copy_(scratch)
+    def direction(g, s, m, v, d):
+        d_k, m, v = adam_direction(g, s, m, v)               # D_k
+        return 2.0 * d_k - d, m, v, d_k                      # X_{k-1} - eta (2 D_k - D_{k-1})

@@ -10,7 +10,8 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 """
 from __future__ import annotations
 
-from dadam3.optim.base import LR, OptimisticGossip
+from dadam3.optim.base import LR
+from dadam3.optim.skeletons import OptimisticGossip
 
 
 class DOSG(OptimisticGossip):
@@ -19,5 +20,5 @@ class DOSG(OptimisticGossip):
     HPARAMS = {"lr": LR}
 
     @staticmethod
-    def direction(g, s, d, scratch):
-        d.copy_(g)                                           # D_k = G_k (a copy: a later zero_grad cannot change it)
+    def direction(g, s):
+        return (g,)                                          # D_k = G_k

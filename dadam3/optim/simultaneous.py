@@ -7,9 +7,9 @@ the current point, then the parameters are gossiped (adapt-then-combine).
 """
 from __future__ import annotations
 
-import torch
-
-from dadam3.optim.base import ADAM_HPARAMS, LR, SingleSequenceGossip, adam_direction_, adam_scalars
+from dadam3.optim.base import ADAM_HPARAMS, LR
+from dadam3.optim.elementwise import adam_direction, adam_scalars
+from dadam3.optim.skeletons import SingleSequenceGossip
 
 
 class DSGD(SingleSequenceGossip):
@@ -18,8 +18,8 @@ class DSGD(SingleSequenceGossip):
     HPARAMS = {"lr": LR}
 
     @staticmethod
-    def direction(g, s, out, scratch):
-        out.copy_(g)                                         # g_k
+    def direction(g, s):
+        return (g,)                                          # g_k
 
 
 class DAdam(SingleSequenceGossip):
@@ -29,9 +29,8 @@ class DAdam(SingleSequenceGossip):
 
     STATE = {"m": 0.0, "v": 0.0}
 
-    def scalars(self, group, k):
-        return adam_scalars(group, k)
+    scalars = staticmethod(adam_scalars)
 
     @staticmethod
-    def direction(g, s, out, scratch, m, v):
-        adam_direction_(g, s, m, v, out=out)                 # D_k
+    def direction(g, s, m, v):
+        return adam_direction(g, s, m, v)                    # D_k
