@@ -191,6 +191,16 @@ class NodeOptimizer(torch.optim.Optimizer):
             values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
         return flat.scalars.copy_(values, non_blocking=True)
 
+    def _update_groups(self, skeleton_buffers: Callable[[FlatGroup], tuple]) -> int:
+        """Step k = k + 1 of the update in every group: ``update(G, s, *skeleton_buffers(flat),
+        *state)``. Returns k."""
+        self.k += 1
+        for group, flat in zip(self.param_groups, self.flat):
+            flat.sync()
+            self._update(flat.grad_buf, self._scalar_tensor(group, flat, self.k), *skeleton_buffers(flat),
+                         *(flat.state[name] for name in self.STATE))
+        return self.k
+
     def _rounds(self) -> Iterator[MixRound]:
         """The step as a generator of its gossip rounds (see :func:`step_together`)."""
         raise NotImplementedError

@@ -55,13 +55,7 @@ class OptimisticGossip(NodeOptimizer):
         return {"x": 0.0, "d": 0.0, **self.STATE}
 
     def _rounds(self):
-        self.k += 1
-        k = self.k
-        for group, flat in zip(self.param_groups, self.flat):
-            flat.sync()
-            st = flat.state
-            self._update(flat.grad_buf, self._scalar_tensor(group, flat, k),
-                         st["x"], st["d"], flat.work, *(st[name] for name in self.STATE))
+        k = self._update_groups(lambda flat: (flat.state["x"], flat.state["d"], flat.work))
         yield MixRound([f.work for f in self.flat], [f.state["x"] for f in self.flat], k)      # X_k
         for group, flat in zip(self.param_groups, self.flat):
             torch.add(flat.state["x"], flat.state["d"], alpha=-group["lr"], out=flat.work)      # X_k - eta D_k
@@ -87,11 +81,5 @@ class SingleSequenceGossip(NodeOptimizer):
         return update
 
     def _rounds(self):
-        self.k += 1
-        k = self.k
-        for group, flat in zip(self.param_groups, self.flat):
-            flat.sync()
-            st = flat.state
-            self._update(flat.grad_buf, self._scalar_tensor(group, flat, k),
-                         flat.param_buf, flat.work, *(st[name] for name in self.STATE))
+        k = self._update_groups(lambda flat: (flat.param_buf, flat.work))
         yield MixRound([f.work for f in self.flat], [f.param_buf for f in self.flat], k)
