@@ -8,10 +8,10 @@
 * :mod:`~dadam3.distributed.failures` — :class:`DistributedTimeout` (a peer hung or died) and
   :func:`exit_on_peer_failure`, the entry points' exit for it.
 """
-from dadam3.distributed.failures import DistributedTimeout, exit_on_peer_failure
+from dadam3.distributed.failures import exit_on_peer_failure
 from dadam3.distributed.mixer import DistributedMixer
 from dadam3.distributed.placement import Placement, node_blocks
-from dadam3.distributed.startup import ProcessGroupInfo, agree_on_config, init_from_env, run_fingerprint, shutdown
+from dadam3.distributed.startup import agree_on_config, init_from_env, run_fingerprint, shutdown
 
-__all__ = ["DistributedMixer", "DistributedTimeout", "Placement", "ProcessGroupInfo", "agree_on_config",
-           "exit_on_peer_failure", "init_from_env", "node_blocks", "run_fingerprint", "shutdown"]
+__all__ = ["DistributedMixer", "Placement", "agree_on_config", "exit_on_peer_failure", "init_from_env", "node_blocks",
+           "run_fingerprint", "shutdown"]

@@ -30,6 +30,11 @@ each waited on with a deadline:
   every rank of the group, which a neighbour exchange does not.
 * not ``all_gather``: every rank would receive all M rows.
 
+Timeouts. Each round's waits share a deadline of ``timeout_s``; a peer that does not answer in
+time, or is gone, is :class:`DistributedTimeout` (:mod:`dadam3.distributed.failures` says how
+each backend reports it).
+
+Not done: fusing Dadam3's two mixes per step into one exchange. With A = X_{k-1} - eta D_k,
 X_k = W_k^t A and Z_{k+1} = W_{k+1}^t (X_k - eta D_k) = W_{k+1}^t W_k^t A - eta W_{k+1}^t D_k:
 the second input needs the neighbours' X_k, i.e. rows 2t hops away, so one round of this
 neighbour exchange cannot carry both. A fused exchange of A from the 2t-hop and D_k from
