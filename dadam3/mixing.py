@@ -9,7 +9,7 @@ Two mixers share this interface:
 
 * ``LocalMixer`` (here) holds all M nodes in one process (the simulator) and does one
   matmul per tensor, written straight into its destination.
-* ``DistributedMixer`` (``dadam3.distributed``) runs under torch.distributed: each rank
+* ``DistributedMixer`` (``dadam3.distributed.mixer``) runs under torch.distributed: each rank
   holds a contiguous block of nodes, its tensors are those rows only (``[local_nodes, ...]``),
   and every gossip round sends rows point to point to the ranks holding neighbours.
 

@@ -7,12 +7,8 @@
   process dies) refuses a second live writer.
 * Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
   deleted when a run claims its directory.
-* Resuming: a checkpoint must be one written by ``python -m dadam3.train``. Keys that
-  only steer the run (:data:`CHANGEABLE`: step sizes and the optimizer's other
-  hyper-parameters, ``iterations``, the logging / sampling / checkpoint / evaluation
-  periods, the logger, device and threads, ...) may change and take effect; every other key
-  fixes what is being trained (nodes, nets, data, topology, dtype, batch size, seed, the
-  optimizer's name, ...) and must be what the checkpoint was made with.
+* Resuming: the checkpoint is checked against the run's config by
+  :func:`dadam3.checkpoint.resume.check_resume` (its kind; which keys may change).
 """
 from __future__ import annotations
 
@@ -25,20 +21,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dadam3.checkpoint import CHECKPOINT_DIR, load, remove_stray_temporaries, resolve_resume_path
-from dadam3.config import flatten
+from dadam3.checkpoint.resume import check_resume
 from dadam3.errors import ConfigError, check_usable_dir
-from dadam3.gan.trainer import CHECKPOINT_KIND
 
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "wandb")
 LOCK_FILE = ".lock"
-# dotted keys (or prefixes ending in ".") that may differ between a checkpoint and its resume
-CHANGEABLE = ("optimizer.", "iterations", "log_every", "sample_every", "checkpoint_every", "n_critic",
-              "gp_lambda", "metrics.", "logger.", "progress", "threads", "prefetch", "device", "cuda.",
-              "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers", "backend",
-              "distributed.", "autocast")
-NOT_CHANGEABLE = ("optimizer.name",)
 
 
 @dataclass
@@ -106,7 +95,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     if resume is not None:
         path = resolve_resume_path(resume)
         ckpt = load(path, map_location="cpu", key="resume")
-        changed = _check_checkpoint(ckpt, path, config)
+        changed = check_resume(ckpt, path, config)
         run_dir = path.parent.parent       # continue in the original run directory
     run_dir = Path(run_dir)
     check_usable_dir("hydra.run.dir" if resume is None else "resume", run_dir)
@@ -151,35 +140,6 @@ def _write_pid(f) -> None:
     f.truncate()
     f.write(f"{os.getpid()}\n")
     f.flush()
-
-
-def _check_checkpoint(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[str, list]:
-    """Refuse checkpoints of other runs or kinds; return the changed changeable keys."""
-    if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
-        raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
-                                               f"(expected kind {CHECKPOINT_KIND})")
-    saved, now = flatten(ckpt.get("config") or {}), flatten(config)
-    changed = {}
-    for key in sorted(saved.keys() | now.keys()):
-        if saved.get(key) == now.get(key):
-            continue
-        if key in NOT_CHANGEABLE or not any(key == c or (c.endswith(".") and key.startswith(c)) for c in CHANGEABLE):
-            raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with "
-                                                 f"{key}={saved.get(key)}; start a new run to change it")
-        changed[key] = [saved.get(key), now.get(key)]
-    if ckpt["iteration"] >= now["iterations"]:
-        raise ConfigError("iterations", now["iterations"],
-                          f"the checkpoint is already at iteration {ckpt['iteration']}; raise iterations to continue")
-    return {k: v for k, v in changed.items() if k not in ("resume", "overwrite")}
-
-
-def on_logging_grid(iteration: int, config: Mapping[str, Any]) -> bool:
-    """Whether an uninterrupted run with ``config`` logs a record at ``iteration`` anyway (not
-    only because it was its last), judged from the config: for checkpoints written before the
-    trainer stored ``record_on_grid`` itself (this counts ``metrics.every`` even when no metric
-    is on, where the trainer logs nothing)."""
-    every = (config.get("metrics") or {}).get("every") or 0
-    return iteration % config["log_every"] == 0 or bool(every and iteration % every == 0)
 
 
 def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool,

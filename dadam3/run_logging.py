@@ -12,13 +12,12 @@ strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the spellings ``float()``
 accepts), so a diverged run is still visible and the file stays valid JSON for any
 reader. :func:`read_jsonl` turns those strings back into floats.
 
-Resuming: ``JsonlLogger(path, resume_from_iteration=k)`` drops every record whose
-``iteration`` is greater than ``k`` (the checkpoint's iteration).
+Resuming: ``JsonlLogger(path, resume_from_iteration=k)`` rewinds the file to what an
+uninterrupted run left at iteration ``k`` (the checkpoint's; :mod:`dadam3.log_rewind`).
 """
 from __future__ import annotations
 
 import json
-import logging
 import math
 import numbers
 import os
@@ -32,12 +31,10 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from dadam3.checkpoint import mkstemp_umask
 from dadam3.errors import ConfigError
+from dadam3.log_rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
-TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
-log = logging.getLogger(__name__)
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -122,10 +119,9 @@ class JsonlLogger:
     written; such a torn last line is removed when the file is opened again.
 
     Resuming from a checkpoint at iteration k (``resume_from_iteration=k``) rewrites the
-    file as an uninterrupted run would have left it at k: records after k go, and so do
-    the final status records (finished, diverged, interrupted) of earlier processes and,
-    with ``drop_record_at_resume_point``, the record at k itself (one that was written only
-    because k was that process's last iteration). Opening an existing file without
+    file as an uninterrupted run would have left it at k (:func:`dadam3.log_rewind.rewind`;
+    ``drop_record_at_resume_point``: the record at k itself goes too, see
+    :func:`dadam3.log_rewind.record_at_resume_point_kept`). Opening an existing file without
     ``resume_from_iteration`` appends to it.
     """
 
@@ -135,7 +131,7 @@ class JsonlLogger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             if resume_from_iteration is not None:
-                self._rewind(resume_from_iteration, drop_record_at_resume_point)
+                rewind(self.path, resume_from_iteration, drop_record_at_resume_point)
             else:
                 self._drop_torn_tail()
         self._file = open(self.path, "ab")
@@ -179,36 +175,6 @@ class JsonlLogger:
                     return
                 end = start
             f.truncate(0)
-
-    def _rewind(self, k: int, drop_at_k: bool) -> None:
-        fd, tmp = mkstemp_umask(self.path)
-        unreadable = []
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out, open(self.path, encoding="utf-8", errors="replace") as src:
-                for number, line in enumerate(src, 1):
-                    if not line.endswith("\n"):
-                        break  # torn last line
-                    try:
-                        record = json.loads(line)
-                        it, status = record.get("iteration"), record.get("status")
-                    except (json.JSONDecodeError, AttributeError):
-                        if line.strip():
-                            unreadable.append(number)
-                        continue
-                    if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
-                        continue
-                    out.write(line)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        if unreadable:
-            shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
-            log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
-                        self.path, len(unreadable), shown, k)
 
 
 # ---------------------------------------------------------------- Weights & Biases

@@ -23,7 +23,7 @@ from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.errors import exit_on_config_error
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
-from dadam3.gan.trainer import StopSignals
+from dadam3.signals import StopSignals
 from dadam3.settings import synthetic_settings
 
 log = logging.getLogger(__name__)

@@ -36,14 +36,16 @@ from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, ex
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, exit_on_config_error, stop_report
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.gan.trainer import Interrupted, WGANTrainer
+from dadam3.gan.trainer import RunContext, WGANTrainer
+from dadam3.log_rewind import record_at_resume_point_kept
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
-from dadam3.run_dir import RunDir, claim_run_dir, on_logging_grid
+from dadam3.run_dir import RunDir, claim_run_dir
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.settings import TrainSettings, train_settings
+from dadam3.signals import Interrupted
 
 log = logging.getLogger(__name__)
 JOB_LOG = "train.log"
@@ -103,10 +105,9 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
     evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.dtype))  # checks weights
-    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, rd.path, NullLogger(), device, s.dtype,
-                          evaluate=evaluate, config=dict(s.config), run_dir_lock=rd, placement=placement,
-                          full_G=type(G).replicate(G.node_module(0), s.nodes)
-                          if placement.distributed and placement.is_main else None)
+    full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
+    run = RunContext(rd.path, device, s.dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G)
+    trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run, NullLogger(), evaluate=evaluate)
     if rd.checkpoint is not None:
         _load_checkpoint(trainer, rd.checkpoint, s.resume)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
@@ -196,15 +197,7 @@ def _logger(s: TrainSettings, run_dir: Path, ckpt: dict | None):
         config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
     return build_logger(run_dir / "metrics.jsonl", wandb=wandb,
                         resume_from_iteration=None if ckpt is None else ckpt["iteration"],
-                        drop_record_at_resume_point=ckpt is not None and not _record_on_grid(ckpt))
-
-
-def _record_on_grid(ckpt: dict) -> bool:
-    """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too
-    (the trainer says so in the checkpoint; checkpoints older than that key: from the config)."""
-    if "record_on_grid" in ckpt:
-        return ckpt["record_on_grid"]
-    return on_logging_grid(ckpt["iteration"], ckpt["config"])
+                        drop_record_at_resume_point=ckpt is not None and not record_at_resume_point_kept(ckpt))
 
 
 def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:

@@ -20,7 +20,7 @@ Checked under fake CUDA (the code users run: ``dadam3.train.build_trainer`` with
   itself does not run);
 * the sample hook (``generate``: every node's and the node-averaged model's images;
   ``save_image_grids`` and the logger's grid up to the PNG write), ``mode_coverage`` up to
-  its host-side counting, the window sums (``_accumulate``);
+  its host-side counting, the window sums (``LoggingWindow.add``);
 * a checkpoint round trip in memory: ``checkpoint()`` (nets, optimizers, sampler, noise,
   RNG) into a fresh trainer's ``load_checkpoint()``, which then takes another step;
 * that the harness can fail: eps drawn on the CPU, or a CPU leaf in a graph, raises.
@@ -37,8 +37,8 @@ Unchecked, and why:
   ∇_x̂ D(x̂) is a leaf;
 * host reads of device values: a fake tensor has no values, so ``bool()``, ``.item()``,
   ``.tolist()``, ``.numpy()`` and data-dependent shapes raise. Hence: the NaN checks'
-  decision (``trainer.first_false`` is replaced by a check of the mask it receives),
-  ``_record`` and ``fit()`` (Python floats for the records), ``consensus_distance``, the
+  decision (``finiteness.first_false`` is replaced by a check of the mask it receives),
+  ``_log`` and ``fit()`` (Python floats for the records), ``consensus_distance``, the
   PNG and scatter-plot writing, ``mode_metrics`` (it moves samples to the CPU first),
   ``torch.save`` of the checkpoint, the inception score (torch-fidelity, weights);
 * the CUDA noise generator: ``torch.Generator(device="cuda")`` needs a driver, so
@@ -78,6 +78,8 @@ try:   # torch >= 2.12; older versions (2.11 on the GPU machines) raise a plain 
 except ImportError:
     FakeTensorDeviceMismatchError = RuntimeError
 
+import dadam3.checkpoint.contents as contents_mod
+import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
 import dadam3.gan.trainer as trainer_mod
 import dadam3.train as train_mod
@@ -180,9 +182,9 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(train_mod, "build_stacked_nets", outside_fake(train_mod.build_stacked_nets))
     monkeypatch.setattr(stacked_mod, "copy", types.SimpleNamespace(deepcopy=outside_fake(copy.deepcopy)))
     monkeypatch.setattr(trainer_mod, "noise_generator", h.noise_generator)
-    monkeypatch.setattr(trainer_mod, "first_false", h.first_false)
-    for name in ("capture_rng_state", "restore_rng_state"):
-        monkeypatch.setattr(trainer_mod, name, outside_fake(getattr(trainer_mod, name)))
+    monkeypatch.setattr(finiteness_mod, "first_false", h.first_false)
+    monkeypatch.setattr(contents_mod, "capture_rng_state", outside_fake(contents_mod.capture_rng_state))
+    monkeypatch.setattr(trainer_mod, "restore_rng_state", outside_fake(trainer_mod.restore_rng_state))
     for name in ("state_dict", "load_state_dict"):
         monkeypatch.setattr(NodeSampler, name, outside_fake(getattr(NodeSampler, name)))
     monkeypatch.setattr(torch.autograd, "grad", h.autograd_grad)
@@ -223,11 +225,10 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
 
     for k in (1, 2):
         out = t.train_step()
-        t._accumulate(out)
+        t.state.window.add(out)
         assert on_cuda(*out.values()) and all(v.shape == (M,) for v in out.values())
-    t._check_finite_so_far()                   # the losses' non-finite iterations, noted on the device
-    t._check_params_finite()
-    assert on_cuda(*state_tensors(t), *t.state.window.values(), *t._first_bad.values())
+    t._check_finite()                          # the losses' non-finite iterations, noted on the device; params
+    assert on_cuda(*state_tensors(t), *t.state.window.sums.values(), *t.finite.first_bad.values())
     assert len(h.grad_calls) == 2 * grads_per_step and True in h.grad_calls    # the penalty's create_graph
     n_params = sum(1 for net in (t.G, t.D) for _ in net.parameters())
     assert h.finite_masks.count((CUDA, torch.bool, (M,))) == len(h.finite_masks) >= 1 + n_params

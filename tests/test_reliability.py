@@ -17,7 +17,7 @@ import torch
 import dadam3.gan.trainer as trainer_mod
 from dadam3.checkpoint import checkpoint_path, load
 from dadam3.errors import ConfigError
-from dadam3.gan.trainer import TrainingDiverged
+from dadam3.gan.finiteness import TrainingDiverged
 from dadam3.run_dir import LOCK_FILE, open_run_dir
 from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings

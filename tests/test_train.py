@@ -16,7 +16,7 @@ from dadam3.checkpoint import checkpoint_path, load
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.errors import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
-from dadam3.gan.trainer import TrainingDiverged
+from dadam3.gan.finiteness import TrainingDiverged
 from dadam3.run_logging import read_jsonl
 from dadam3.settings import train_settings
 from dadam3.train import build_trainer, run

@@ -1,0 +1,86 @@
+"""What a training checkpoint holds, and how it is split across the ranks that hold the nodes.
+
+A checkpoint of ``python -m dadam3.train`` is one dict: the trainer's state
+(:meth:`dadam3.gan.trainer.WGANTrainer.checkpoint`: iteration, wall time, the logging
+window, both nets and optimizers, the data sampler, the noise generators, bytes sent, the
+W&B run id, the resolved config, whether its record is on the logging grid), stamped by
+:func:`stamped` with its kind (:data:`CHECKPOINT_KIND`, what a resume checks first) and every
+global RNG state. It always holds all M nodes, whatever the placement that wrote it: under
+torch.distributed each rank's :data:`NODE_ENTRIES` are gathered to rank 0, which writes
+(:func:`write_checkpoint`), and a resuming rank takes its own block's rows (:func:`rank_rows`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from dadam3.checkpoint.files import atomic_save
+from dadam3.checkpoint.rng import capture_rng_state
+from dadam3.distributed.placement import Placement
+
+CHECKPOINT_KIND = "dadam3.train/1"
+# entries with one part per node: gathered from the ranks, sliced again on load
+NODE_ENTRIES = ("G", "D", "opt_g", "opt_d", "window", "sampler", "noise")
+
+
+class NodeList(list):
+    """A list with one item per node (e.g. the nodes' generator states)."""
+
+
+def stamped(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer's ``state`` as a checkpoint: with its kind and every global RNG state."""
+    return {**state, "rng": capture_rng_state(), "kind": CHECKPOINT_KIND}
+
+
+def write_checkpoint(ckpt: dict[str, Any], path: Path, placement: Placement) -> str | None:
+    """Rank 0 writes ``ckpt`` with all M nodes (gathered: a collective when distributed),
+    atomically. Returns None, or on every rank alike why it was not written."""
+    error = None
+    if placement.distributed:
+        parts = placement.gather_to_main({k: ckpt[k] for k in NODE_ENTRIES})
+        if parts is not None:
+            ckpt = {**ckpt, **{k: stack_node_states([p[k] for p in parts]) for k in NODE_ENTRIES}}
+    if placement.is_main:
+        try:
+            atomic_save(ckpt, path)
+        except OSError as e:
+            error = e
+    (failed,) = placement.agree_max([int(error is not None)])
+    if not failed:
+        return None
+    return f"checkpoint write failed: {error.strerror or error}" if error is not None else "on rank 0"
+
+
+def rank_rows(ckpt: Mapping[str, Any], block: range) -> dict[str, Any]:
+    """A checkpoint of all M nodes with its node entries cut to ``block`` (the sampler takes
+    its whole state: it is keyed by node)."""
+    return {**ckpt, **{k: node_rows(ckpt[k], block) for k in NODE_ENTRIES if k != "sampler"}}
+
+
+def stack_node_states(parts: Sequence[Any]) -> Any:
+    """Merge the per-rank pieces of a state (rank order): tensors with a leading node axis are
+    concatenated along it, dicts merged key by key, lists of per-node items concatenated,
+    anything else taken from rank 0."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(parts)) if first.dim() > 0 else first
+    if isinstance(first, dict):
+        if any(p.keys() != first.keys() for p in parts):      # keyed by node: each rank has its own keys
+            return {k: v for p in parts for k, v in p.items()}
+        return {k: stack_node_states([p[k] for p in parts]) for k in first}
+    if isinstance(first, NodeList):
+        return NodeList(item for p in parts for item in p)
+    return first
+
+
+def node_rows(state: Any, block: range) -> Any:
+    """The inverse of :func:`stack_node_states`: this block's rows of a full state."""
+    if isinstance(state, torch.Tensor):
+        return state[block.start:block.stop] if state.dim() > 0 else state
+    if isinstance(state, dict):
+        return {k: node_rows(v, block) for k, v in state.items()}
+    if isinstance(state, NodeList):
+        return NodeList(state[block.start:block.stop])
+    return state

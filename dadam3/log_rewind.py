@@ -1,0 +1,87 @@
+"""A resumed log reads as if the run had never stopped: the one place that guarantees it.
+
+An uninterrupted run writes a record at every iteration on its logging grid
+(:class:`LoggingGrid`), plus one at its last iteration (and where a sample grid or checkpoint
+is due, none). A run stopped at a checkpoint at iteration k wrote records an uninterrupted
+run does not have: everything after k, its final status record (finished, diverged,
+interrupted), and the record at k itself when k was on no grid (written only because k was
+that process's last iteration). So:
+
+* the trainer stores in each checkpoint whether its iteration is on the grid
+  (``record_on_grid``: :meth:`LoggingGrid.on_grid`);
+* the resuming run asks :func:`record_at_resume_point_kept` (checkpoints written before that
+  key: judged from their config);
+* :func:`rewind` rewrites ``metrics.jsonl`` to what an uninterrupted run left at k
+  (:class:`dadam3.run_logging.JsonlLogger` calls it when opened with a resume point).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from dadam3.checkpoint.files import mkstemp_umask
+
+TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoggingGrid:
+    """The iterations every run passing them logs at (not only a run that ends there): the
+    multiples of ``log_every`` and, when evaluation runs, of ``eval_every``."""
+
+    log_every: int
+    eval_every: int = 0               # 0: no evaluation
+
+    def on_grid(self, k: int) -> bool:
+        return k % self.log_every == 0 or bool(self.eval_every and k % self.eval_every == 0)
+
+
+def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
+    """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
+    the checkpoint's ``record_on_grid``; for checkpoints written before the trainer stored it,
+    judged from the config (this counts ``metrics.every`` even when no metric is on, where the
+    trainer logs nothing)."""
+    if "record_on_grid" in ckpt:
+        return ckpt["record_on_grid"]
+    config = ckpt["config"]
+    grid = LoggingGrid(config["log_every"], (config.get("metrics") or {}).get("every") or 0)
+    return grid.on_grid(ckpt["iteration"])
+
+
+def rewind(path: Path, k: int, drop_at_k: bool) -> None:
+    """Rewrite the JSONL log at ``path`` (atomically) as an uninterrupted run left it at
+    iteration ``k``: drop records after k, every final status record, with ``drop_at_k`` the
+    record at k, a torn last line and (with a warning) unreadable lines."""
+    fd, tmp = mkstemp_umask(path)
+    unreadable = []
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out, open(path, encoding="utf-8", errors="replace") as src:
+            for number, line in enumerate(src, 1):
+                if not line.endswith("\n"):
+                    break  # torn last line
+                try:
+                    record = json.loads(line)
+                    it, status = record.get("iteration"), record.get("status")
+                except (json.JSONDecodeError, AttributeError):
+                    if line.strip():
+                        unreadable.append(number)
+                    continue
+                if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
+                    continue
+                out.write(line)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    if unreadable:
+        shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
+        log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
+                    path, len(unreadable), shown, k)
