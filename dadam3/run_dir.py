@@ -8,8 +8,9 @@
 * Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
   deleted when a run claims its directory.
 * Resuming: a checkpoint must be one written by ``python -m dadam3.train``. Keys that
-  only steer the run (:data:`CHANGEABLE`: step sizes and the optimizer's other
-  hyper-parameters, ``iterations``, the logging / sampling / checkpoint / evaluation
+  only steer the run (declared beside each field of the schema, read by
+  :func:`dadam3.schema.may_change_on_resume`: step sizes and the optimizer's other
+  hyper-parameters, ``loop.iterations``, the logging / sampling / checkpoint / evaluation
   periods, the logger, device and threads, ...) may change and take effect; every other key
   fixes what is being trained (nodes, nets, data, topology, dtype, batch size, seed, the
   optimizer's name, ...) and must be what the checkpoint was made with.
@@ -28,17 +29,12 @@ from dadam3.checkpoint import CHECKPOINT_DIR, load, remove_stray_temporaries, re
 from dadam3.config import flatten
 from dadam3.errors import ConfigError, check_usable_dir
 from dadam3.gan.trainer import CHECKPOINT_KIND
+from dadam3.schema import may_change_on_resume
 
 log = logging.getLogger(__name__)
 
 RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "wandb")
 LOCK_FILE = ".lock"
-# dotted keys (or prefixes ending in ".") that may differ between a checkpoint and its resume
-CHANGEABLE = ("optimizer.", "iterations", "log_every", "sample_every", "checkpoint_every", "n_critic",
-              "gp_lambda", "metrics.", "logger.", "progress", "threads", "prefetch", "device", "cuda.",
-              "resume", "overwrite", "dataset.root", "dataset.download", "dataset.workers", "backend",
-              "distributed.", "autocast")
-NOT_CHANGEABLE = ("optimizer.name",)
 
 
 @dataclass
@@ -159,17 +155,20 @@ def _check_checkpoint(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
                                                f"(expected kind {CHECKPOINT_KIND})")
     saved, now = flatten(ckpt.get("config") or {}), flatten(config)
+    if "iterations" in saved:           # written before the loop group: its keys were top-level
+        raise ConfigError("resume", str(path), "a checkpoint of an older version (top-level iterations, batch_size, "
+                                               "...; now loop.*): resume it with that version or start a new run")
     changed = {}
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):
             continue
-        if key in NOT_CHANGEABLE or not any(key == c or (c.endswith(".") and key.startswith(c)) for c in CHANGEABLE):
+        if not may_change_on_resume(key):
             raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with "
                                                  f"{key}={saved.get(key)}; start a new run to change it")
         changed[key] = [saved.get(key), now.get(key)]
-    if ckpt["iteration"] >= now["iterations"]:
-        raise ConfigError("iterations", now["iterations"],
-                          f"the checkpoint is already at iteration {ckpt['iteration']}; raise iterations to continue")
+    if ckpt["iteration"] >= now["loop.iterations"]:
+        raise ConfigError("loop.iterations", now["loop.iterations"], f"the checkpoint is already at iteration "
+                                                                     f"{ckpt['iteration']}; raise loop.iterations to continue")
     return {k: v for k, v in changed.items() if k not in ("resume", "overwrite")}
 
 

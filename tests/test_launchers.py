@@ -31,8 +31,8 @@ def test_submitit_local_sweep_of_distributed_runs(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "dadam3.train", "-m", "hydra/launcher=submitit_local",
          "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", "backend=distributed",
-         "distributed.timeout_s=60", "experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8",
-         "iterations=4", "log_every=2", "metrics.every=4", "metrics.samples=100", "sample_every=4",
+         "distributed.timeout_s=60", "experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8",
+         "loop.iterations=4", "loop.log_every=2", "metrics.every=4", "metrics.samples=100", "loop.sample_every=4",
          "optimizer=dadam3,dosg", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]

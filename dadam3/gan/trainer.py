@@ -39,7 +39,7 @@ from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.metrics.consensus import consensus_distance
 from dadam3.optim import step_together
 from dadam3.run_logging import progress
-from dadam3.settings import LoopSettings
+from dadam3.schema import LoopSettings
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
 # checkpoint entries with one part per node: gathered from the ranks, sliced again on load
