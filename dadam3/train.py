@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from functools import partial
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     mixer = on_every_rank(placement, lambda: mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer,
                                                        **t.options))
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
-    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
+    trainer, dataset = on_every_rank(placement, lambda: _in_config_keys(_build, s, rd, placement, device, mixer))
     trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
     nz = trainer.nz
     trainer.sample = sample_hook(dataset, nz, s.seed, device, s.torch_dtype, rd.path / "samples", trainer.logger)
@@ -110,6 +111,24 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     else:
         start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
     return trainer, dataset
+
+
+# build_nets' arguments -> the config keys that feed them
+NET_KEYS = {"arch": "model.arch", "width": "model.width", "nz": "model.nz", "hidden": "model.hidden",
+            "data_dim": "model.data_dim", "init": "model.init", "channels": "dataset.channels",
+            "image_size": "dataset.image_size"}
+
+
+def _in_config_keys(build, *args):
+    """``build(*args)``, a net builder's error (naming its own argument, ``arch=``) said in the
+    config's keys (``model.arch=``)."""
+    try:
+        return build(*args)
+    except ConfigError as e:
+        if e.key not in NET_KEYS:
+            raise
+        allowed = re.sub(r"\b(\w+)=", lambda m: f"{NET_KEYS.get(m[1], m[1])}=", e.allowed)
+        raise ConfigError(NET_KEYS[e.key], e.value, allowed) from None
 
 
 def _load_checkpoint(trainer: WGANTrainer, ckpt: dict, resume: str) -> None:

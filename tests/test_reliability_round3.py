@@ -244,7 +244,7 @@ def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path
     (["+model.foo=1"], "model.foo=1: means nothing for model=mlp"),
     (["+dataset.alpha=0.1"], "dataset.alpha=0.1: means nothing for dataset=gaussians"),
     ([*FAKE, "dataset.alpha=0.1"], "dataset.alpha=0.1: only used with dataset.partition=dirichlet"),
-    (["distributed.timeout_s=60"], "distributed.timeout_s=60: only used with backend=distributed"),
+    (["distributed.timeout_s=60"], "distributed.timeout_s=60.0: only used with backend=distributed"),
     (["+metrics.evry=5"], "metrics.evry=5: unknown key; did you mean every?"),
     (["+optimzer.lr=1"], "optimzer={'lr': 1}: unknown key; did you mean optimizer?"),
     (["+foo=1"], "foo=1: unknown key"),

@@ -32,7 +32,7 @@ def test_paper_defaults():
     cfg = config([])
     o = cfg.optimizer
     assert (o.name, o.lr, o.beta1, o.beta2, o.beta3) == ("dadam3", 5e-5, 0.5, 0.999, 0.5)
-    assert (cfg.batch_size, cfg.iterations, cfg.topology.name, cfg.n_critic) == (64, 30000, "ring", 1)
+    assert (cfg.loop.batch_size, cfg.loop.iterations, cfg.topology.name, cfg.loop.n_critic) == (64, 30000, "ring", 1)
     assert [config([f"experiment={e}"]).nodes for e in ("fig3_mnist", "fig3_cifar10", "fig4_cifar100",
                                                         "fig4_imagenette", "fig2_celeba", "fig2_cifar10")] \
         == [5, 5, 15, 15, 1, 1]
@@ -147,7 +147,7 @@ def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, m
 
 @pytest.mark.parametrize("args, start", [
     (["dataset=imagenet"], "error: dataset=imagenet: unknown dataset; allowed: celeba, cifar10"),
-    (["loop.batch_size=0"], "error: batch_size=0: must be an integer >= 1"),
+    (["loop.batch_size=0"], "error: loop.batch_size=0: must be an integer >= 1"),
     (["nodes=0"], "error: nodes=0: must be an integer >= 1"),
     (["dataset=fake", "dataset.image_size=64"], "error: dataset.image_size=64: model.arch=dcgan32 makes 32x32"),
     (["dataset=mnist", "dataset.root=/nonexistent"], "error: dataset.root=/nonexistent"),
@@ -228,9 +228,9 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
     """scripts/gpu_benchmarks.sh end to end at tiny sizes on the CPU (its real run is on a GPU)."""
     env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", ITERATIONS="4",
                BENCH_ARGS="--nodes 2 --width 0.0625 --batch 2 --iters 3 --warmup 1",
-               TRAIN_ARGS="model.width=0.03125 batch_size=2 log_every=2 dataset.length=64",
+               TRAIN_ARGS="model.width=0.03125 loop.batch_size=2 loop.log_every=2 dataset.length=64",
                DIST_RANKS="1 2", DIST_ARGS="--nodes 3 --floats 100 --mixes 2",
-               DIST_TRAIN_ARGS="model.width=0.03125 batch_size=2 dataset.length=64")
+               DIST_TRAIN_ARGS="model.width=0.03125 loop.batch_size=2 dataset.length=64")
     r = subprocess.run(["bash", "scripts/gpu_benchmarks.sh", str(tmp_path)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -15,7 +15,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+from dataclasses import is_dataclass
 from types import MappingProxyType
 from typing import Any
 

@@ -51,8 +51,9 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
     if not values:
         return
     lines = [[f"{o.input_line.partition('=')[0]}={v}" for v in _values(o, as_text=True)] for o in choices]
+    searchpath = [o.input_line for o in parsed if o.key_or_group == "hydra.searchpath"]   # where options are found
     for combo in itertools.product(*lines):
-        cfg = _compose(config_name, combo)
+        cfg = _compose(config_name, [*searchpath, *combo])
         for o in values:
             for value in _values(o):
                 check_key(ROOTS[config_name], cfg, o.key_or_group, value)
@@ -87,7 +88,7 @@ def check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
         elif is_dataclass(f.default_factory):
             cls = f.default_factory
         else:
-            raise ConfigError(path, cfg.get(part) if i == 0 else None, f"a value, not a node: {key} means nothing")
+            raise ConfigError(f"{path}.{rest[0]}", _nest(rest[1:], value), f"unknown key ({path} is a value)")
 
 
 def config_error(e: Exception) -> ConfigError:

@@ -132,9 +132,9 @@ class TrainConfig(Node):
     prefetch: bool = knob(False, boolean, resume=True)        # the next batch in a background thread
     resume: Optional[str] = knob(None, text, resume=True)     # a checkpoint file or a run directory
     overwrite: bool = knob(False, boolean, resume=True)       # a fresh run may delete another run's files
+    loop: LoopSettings = knob(factory=LoopSettings)
     cuda: Cuda = knob(factory=Cuda)
     metrics: Metrics = knob(factory=Metrics)
-    loop: LoopSettings = knob(factory=LoopSettings)
     dataset: Any = knob(MISSING)                              # groups: their schemas in dadam3.schema.groups
     model: Any = knob(MISSING)
     optimizer: Any = knob(MISSING, resume=True)               # but optimizer.name
