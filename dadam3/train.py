@@ -34,12 +34,12 @@ from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import WGANTrainer
+from dadam3.job_log import JOB_LOG, JobLog, write_provenance
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir, on_logging_grid
-from dadam3.job_log import JOB_LOG, JobLog, write_provenance
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.schema import TrainConfig, check_overrides, train_settings
 from dadam3.sweep import sweep_job

@@ -45,9 +45,9 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
     except HydraException:
         return                                   # not an override Hydra can parse: Hydra says why
     choices = [o for o in parsed if "." not in o.key_or_group and (CONFIG_DIR / o.key_or_group).is_dir()
-               and o.key_or_group != "hydra" and o.type != OverrideType.DEL]
+               and not o.key_or_group.startswith("hydra") and o.type != OverrideType.DEL]
     values = [o for o in parsed if o not in choices and o.package is None and o.type != OverrideType.DEL
-              and not o.key_or_group.startswith("hydra.") and o.key_or_group != "hydra"]
+              and not o.key_or_group.startswith("hydra")]
     if not values:
         return
     lines = [[f"{o.input_line.partition('=')[0]}={v}" for v in _values(o, as_text=True)] for o in choices]
