@@ -70,7 +70,9 @@ def boolean(key: str, value: Any) -> bool:
 
 
 def text(key: str, value: Any) -> str | None:
-    """A string or null (a path, a name)."""
+    """A string or null (a path, a name; a number is read as its digits, as OmegaConf does)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
     if value is not None and not isinstance(value, str):
         raise ConfigError(key, value, "must be a string")
     return value
