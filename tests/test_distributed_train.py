@@ -99,7 +99,7 @@ def test_checkpoint_of_two_ranks_resumes_under_three_and_in_the_simulator(tmp_pa
     for name in ("r3", "sim"):
         resumed = tmp_path / name
         recs = read_jsonl(resumed / "metrics.jsonl")
-        assert [r for r in recs if r["status"] == "resumed"][0]["changed"]["iterations"] == [3, 7]
+        assert [r for r in recs if r["status"] == "resumed"][0]["changed"]["loop.iterations"] == [3, 7]
         kept = [r for r in recs if r["status"] != "resumed"]
         (resumed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         assert_same_run(tmp_path / "full", resumed)

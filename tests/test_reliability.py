@@ -39,7 +39,7 @@ def test_resume_applies_a_changed_learning_rate_and_records_it(tmp_path):
     recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     (resumed,) = [r for r in recs if r["status"] == "resumed"]
     assert resumed["iteration"] == 3
-    assert resumed["changed"] == {"iterations": [3, 5], "optimizer.lr": [1e-3, 1e-5]}
+    assert resumed["changed"] == {"loop.iterations": [3, 5], "optimizer.lr": [1e-3, 1e-5]}
 
 
 @pytest.mark.parametrize("change, key, old", [("topology=complete", "topology.name", "ring"),
