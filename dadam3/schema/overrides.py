@@ -23,6 +23,9 @@ from dadam3.errors import ConfigError
 from dadam3.optim import optimizer_spec
 from dadam3.schema.fields import did_you_mean, schema_field
 from dadam3.schema.groups import GROUPS
+from dadam3.schema.runs import SyntheticConfig, TrainConfig
+
+ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
 
 # Hydra's options that take a value in the next argument
 VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -39,7 +42,6 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
     """Raise a one-line ConfigError for an override whose key the schema does not know (with
     ``+`` too), that means nothing for the chosen group option, or whose value its field's
     check refuses. Hydra's flags and ``hydra.*`` keys are left to Hydra."""
-    from dadam3.schema import ROOTS
     try:
         parsed = OverridesParser.create().parse_overrides(_overrides_only(argv))
     except HydraException:
@@ -56,10 +58,10 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
         cfg = _compose(config_name, [*searchpath, *combo])
         for o in values:
             for value in _values(o):
-                check_key(ROOTS[config_name], cfg, o.key_or_group, value)
+                _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
 
 
-def check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
+def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
     """Walk ``key`` through the schema ``root`` (group nodes: the chosen option's schema, in
     ``cfg``) and check ``value`` with the field's check."""
     parts = key.split(".")
