@@ -1,11 +1,11 @@
 """Helpers shared by the Hydra entry points: config location, resolvers, and a one-line
 error for an unknown group choice on the command line (before Hydra prints its
-multi-line one). The config's values are checked in :mod:`dadam3.settings`."""
+multi-line one). The config's keys and values are checked in :mod:`dadam3.schema`."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -35,9 +35,11 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
                 raise ConfigError(key, v.strip(), f"unknown {key}; allowed: {', '.join(allowed)}")
 
 
-def run_cli(hydra_main, groups: Sequence[str]) -> None:
-    """Entry-point wrapper: pre-check group choices, then hand over to Hydra."""
+def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
+    """Entry-point wrapper: pre-check group choices, then every other override with ``check``
+    (:func:`dadam3.schema.check_overrides`), then hand over to Hydra."""
     exit_on_config_error(check_group_choices)(sys.argv[1:], groups)
+    exit_on_config_error(check)(sys.argv[1:])
     hydra_main()
 
 

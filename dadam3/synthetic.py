@@ -13,6 +13,7 @@ import csv
 import json
 import logging
 import signal
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -23,8 +24,8 @@ from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.errors import exit_on_config_error
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
+from dadam3.schema import check_overrides, synthetic_settings
 from dadam3.signals import StopSignals
-from dadam3.settings import synthetic_settings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def run(cfg: DictConfig, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         with StopSignals() as stop:
-            result = run_synthetic(SyntheticGame(c=s.game_c, k=s.game_k), o.name, o.hparams, s.nodes, s.iterations,
+            result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
                                    seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
                                    backend=s.backend, stop=lambda: stop.signum is not None)
     except SyntheticDiverged as e:
@@ -72,4 +73,4 @@ if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.synthetic import main as task
-    run_cli(task, groups=("optimizer", "topology"))
+    run_cli(task, groups=("optimizer", "topology"), check=partial(check_overrides, "synthetic"))

@@ -1,7 +1,7 @@
 """``python -m dadam3.train``: simulated multi-node WGAN-GP training (Section 5.2-5.3).
 
-The config is checked once into :class:`dadam3.settings.TrainSettings`; everything is
-built from it here and handed, as plain objects, to :class:`dadam3.gan.trainer.WGANTrainer`.
+The config is checked once into :class:`dadam3.schema.TrainConfig` (the settings); everything
+is built from it here and handed, as plain objects, to :class:`dadam3.gan.trainer.WGANTrainer`.
 Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged iteration),
 ``samples/`` (PNG grids from a fixed noise batch, per node and for the node-averaged model),
 ``checkpoints/last.pt``, ``config_resolved.yaml`` and ``.hydra/``. Examples::
@@ -9,22 +9,19 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train experiment=toy_gaussians
     python -m dadam3.train dataset=cifar10 dataset.root=~/data optimizer=dadam3 nodes=5
     python -m dadam3.train -m optimizer=dadam3,dosg optimizer.lr=1e-4,5e-5 seed=0,1
-    python -m dadam3.train resume=outputs/train/.../run_dir iterations=60000
+    python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
 """
 from __future__ import annotations
 
-import json
 import logging
-import logging.handlers
 import os
-import sys
+import re
 from functools import partial
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
@@ -33,10 +30,11 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
-from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, exit_on_config_error, stop_report
+from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
+from dadam3.job_log import JOB_LOG, JobLog, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
@@ -44,15 +42,13 @@ from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir
 from dadam3.run_logging import NullLogger, build_logger
-from dadam3.settings import TrainSettings, train_settings
-from dadam3.signals import Interrupted
+from dadam3.schema import TrainConfig, check_overrides, train_settings
+from dadam3.sweep import sweep_job
 
 log = logging.getLogger(__name__)
-JOB_LOG = "train.log"
-LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
 
-def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
+def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     """Data, nets, optimizers, logger and hooks from the settings; resumes if asked. With
     ``backend=distributed`` this process holds its rank's block of the M nodes.
 
@@ -62,34 +58,34 @@ def build_trainer(s: TrainSettings, run_dir: Path) -> WGANTrainer:
     and ``metrics.jsonl`` created or rewound (:func:`_open_logs`)."""
     _check_launch(s)
     _check_paths(s)
-    placement, device, make_mixer = Placement(s.nodes), s.device, LocalMixer
+    placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
     if s.backend == "distributed":
-        info = init_from_env(s.distributed_backend, s.distributed_timeout_s)
+        info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
         agree_on_config(run_fingerprint(s.config), info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1, s.nodes)
         device = info.device if info.backend == "nccl" else device
     if device.type == "cuda":
-        log.info("CUDA: %s", set_cuda_flags(s.cuda_tf32, s.cuda_cudnn_benchmark))
+        log.info("CUDA: %s", set_cuda_flags(s.cuda.tf32, s.cuda.cudnn_benchmark))
     if s.threads is not None:
         torch.set_num_threads(s.threads)
     o, t = s.optimizer, s.topology
     mixer = on_every_rank(placement, lambda: mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer,
                                                        **t.options))
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
-    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
+    trainer, dataset = on_every_rank(placement, lambda: _in_config_keys(_build, s, rd, placement, device, mixer))
     trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
     nz = trainer.nz
-    trainer.sample = sample_hook(dataset, nz, s.seed, device, s.dtype, rd.path / "samples", trainer.logger)
+    trainer.sample = sample_hook(dataset, nz, s.seed, device, s.torch_dtype, rd.path / "samples", trainer.logger)
     if rd.checkpoint is not None:
         trainer.log_resumed(rd.changed)
     return trainer
 
 
-def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.device, mixer) -> tuple:
+def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.device, mixer) -> tuple:
     """The trainer (logging nowhere yet) and its data set; a resume loads its checkpoint here,
     so a checkpoint that does not fit is refused before the run directory is touched."""
-    o, d = s.optimizer, s.data
+    o, d = s.optimizer, s.dataset
     torch.manual_seed(s.seed)
     dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True, **d.options)
     _check_shards(dataset, s)
@@ -97,16 +93,16 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
                           seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
     G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
-    G, D = G.to(device=device, dtype=s.dtype), D.to(device=device, dtype=s.dtype)
+    G, D = G.to(device=device, dtype=s.torch_dtype), D.to(device=device, dtype=s.torch_dtype)
     if device.type == "cuda":
-        G.use_channels_last(s.cuda_channels_last)
-        D.use_channels_last(s.cuda_channels_last)
-    fused = None if s.cuda_compile_step else False         # None: fused on CUDA (the optimizers' default)
+        G.use_channels_last(s.cuda.channels_last)
+        D.use_channels_last(s.cuda.channels_last)
+    fused = None if s.cuda.compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
-    evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.dtype))  # checks weights
+    evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))  # checks weights
     full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
-    run = RunContext(rd.path, device, s.dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G)
+    run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G)
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run, NullLogger(), evaluate=evaluate)
     if rd.checkpoint is not None:
         _load_checkpoint(trainer, rd.checkpoint, s.resume)
@@ -115,6 +111,24 @@ def _build(s: TrainSettings, rd: RunDir, placement: Placement, device: torch.dev
     else:
         start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
     return trainer, dataset
+
+
+# build_nets' arguments -> the config keys that feed them
+NET_KEYS = {"arch": "model.arch", "width": "model.width", "nz": "model.nz", "hidden": "model.hidden",
+            "data_dim": "model.data_dim", "init": "model.init", "channels": "dataset.channels",
+            "image_size": "dataset.image_size"}
+
+
+def _in_config_keys(build, *args):
+    """``build(*args)``, a net builder's error (naming its own argument, ``arch=``) said in the
+    config's keys (``model.arch=``)."""
+    try:
+        return build(*args)
+    except ConfigError as e:
+        if e.key not in NET_KEYS:
+            raise
+        allowed = re.sub(r"\b(\w+)=", lambda m: f"{NET_KEYS.get(m[1], m[1])}=", e.allowed)
+        raise ConfigError(NET_KEYS[e.key], e.value, allowed) from None
 
 
 def _load_checkpoint(trainer: WGANTrainer, ckpt: dict, resume: str) -> None:
@@ -129,7 +143,7 @@ def _load_checkpoint(trainer: WGANTrainer, ckpt: dict, resume: str) -> None:
                                             f"{what}); it is damaged or from other code") from None
 
 
-def _check_launch(s: TrainSettings) -> None:
+def _check_launch(s: TrainConfig) -> None:
     """A process that torchrun started as one of several ranks must run backend=distributed."""
     world = os.environ.get("WORLD_SIZE", "1")
     if s.backend == "local" and world.isdigit() and int(world) > 1:
@@ -138,26 +152,26 @@ def _check_launch(s: TrainSettings) -> None:
                                               "one process without torchrun")
 
 
-def _check_paths(s: TrainSettings) -> None:
+def _check_paths(s: TrainConfig) -> None:
     """Directories the run will write into later, checked now (nothing is created)."""
     m = s.metrics
-    if m.every and (m.fid or m.kid) and s.data.is_images:
+    if m.every and (m.fid or m.kid) and s.dataset.is_images:
         check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
 
 
-def _check_shards(dataset, s: TrainSettings) -> None:
+def _check_shards(dataset, s: TrainConfig) -> None:
     """Too many nodes for a finite data set cut into disjoint shards: say so (not batch_size)."""
-    n = len(dataset) if hasattr(dataset, "__len__") and s.data.partition != "iid" else None
+    n = len(dataset) if hasattr(dataset, "__len__") and s.dataset.partition != "iid" else None
     if n is not None and n < s.nodes:
-        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and partition={s.data.partition} "
+        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and partition={s.dataset.partition} "
                                             f"gives each node its own: at most {n} nodes")
-    if n is not None and s.data.partition == "split" and n // s.nodes < s.loop.batch_size:
-        raise ConfigError("batch_size", s.loop.batch_size,
-                          f"partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} samples: "
-                          f"lower batch_size to <= {n // s.nodes} or nodes to <= {max(1, n // s.loop.batch_size)}")
+    if n is not None and s.dataset.partition == "split" and n // s.nodes < s.loop.batch_size:
+        raise ConfigError("loop.batch_size", s.loop.batch_size,
+                          f"partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} samples: lower "
+                          f"loop.batch_size to <= {n // s.nodes} or nodes to <= {max(1, n // s.loop.batch_size)}")
 
 
-def _open_logs(s: TrainSettings, rd: RunDir):
+def _open_logs(s: TrainConfig, rd: RunDir):
     """Rank 0, every check passed: claim the directory, then start W&B, then create or rewind
     metrics.jsonl. A W&B that will not start leaves no trace of this run in the directory."""
     fresh_wandb = not (rd.path / "wandb").exists()
@@ -189,7 +203,7 @@ def on_every_rank(placement: Placement, build):
     return result
 
 
-def _logger(s: TrainSettings, run_dir: Path, ckpt: dict | None):
+def _logger(s: TrainConfig, run_dir: Path, ckpt: dict | None):
     """metrics.jsonl (rewound to the checkpoint when resuming) and, with logger=wandb, wandb."""
     lg = s.logger
     wandb = None if lg.kind != "wandb" else dict(
@@ -223,136 +237,11 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
     train_run(cfg, run_dir)
 
 
-class JobLog:
-    """The job log (``train.log``) in the run directory, written only once the run holds it: log
-    records of the checks are kept in memory and written when :meth:`attach` is called (a
-    refused run writes no log into another run's directory). Hydra's own file handler is off
-    (``hydra/job_logging: console``)."""
-
-    def __init__(self):
-        self.buffer = logging.handlers.MemoryHandler(capacity=1 << 20, flushLevel=logging.CRITICAL + 1)
-        self.file: logging.Handler | None = None
-
-    def __enter__(self) -> "JobLog":
-        logging.getLogger().addHandler(self.buffer)
-        return self
-
-    def attach(self, path: Path) -> None:
-        self.file = logging.FileHandler(path)
-        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
-        root = logging.getLogger()
-        root.removeHandler(self.buffer)
-        for record in self.buffer.buffer:
-            self.file.handle(record)
-        self.buffer.buffer.clear()
-        root.addHandler(self.file)
-
-    def __exit__(self, *exc) -> None:
-        root = logging.getLogger()
-        root.removeHandler(self.buffer)
-        self.buffer.buffer.clear()
-        if self.file is not None:
-            root.removeHandler(self.file)
-            self.file.close()
-
-
-def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
-    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), written by the run
-    once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra writes
-    none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the original."""
-    if not HydraConfig.initialized():
-        return
-    hc = HydraConfig.get()
-    out = run_dir / ".hydra" if resumed_at is None else run_dir / ".hydra" / f"resumed_{resumed_at:08d}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    (out / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))))
-    (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
-
-
-# ---------------------------------------------------------------- sweeps (-m)
-
-SWEEP_STATUS = "sweep_status.jsonl"
-
-
-def sweep_job(cfg: DictConfig, run_dir: Path) -> None:
-    """One job of a ``-m`` sweep: a job that diverges, is refused or fails is recorded in
-    ``<sweep dir>/sweep_status.jsonl`` (status, exit status, one line) and the sweep goes on;
-    :class:`SweepStatus` sums up at the end. A stop signal (Interrupted) stops the sweep."""
-    hc = HydraConfig.get()
-    job = {"job": hc.job.num, "overrides": hc.job.override_dirname, "dir": str(run_dir)}
-    try:
-        exit_on_peer_failure(train_run)(cfg, run_dir)
-        job.update(status="finished", exit=0, message="")
-    except (ConfigError, RunStopped) as e:
-        code, line, echo = stop_report(e)
-        status = "refused" if isinstance(e, ConfigError) else "diverged" if isinstance(e, Diverged) else \
-            "interrupted" if isinstance(e, Interrupted) else "stopped"
-        job.update(status=status, exit=code, message=line)
-        _record_job(hc.sweep.dir, job)
-        if echo:
-            print(f"{line} [job #{job['job']}: {job['overrides'] or 'no overrides'}]", file=sys.stderr, flush=True)
-        if isinstance(e, Interrupted):
-            sys.exit(code)
-        return
-    except Exception as e:          # a bug: recorded, its traceback logged, the sweep goes on
-        log.exception("job #%s failed", job["job"])
-        job.update(status="failed", exit=1, message=f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
-        print(f"{job['message']} [job #{job['job']}: {job['overrides'] or 'no overrides'}]", file=sys.stderr)
-    _record_job(hc.sweep.dir, job)
-
-
-def _record_job(sweep_dir: str, job: dict) -> None:
-    with open(Path(sweep_dir) / SWEEP_STATUS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(job) + "\n")
-
-
-class SweepStatus(Callback):
-    """Hydra callback (``hydra.callbacks.status`` in configs/train.yaml): refuses an unusable
-    ``hydra.run.dir`` / ``hydra.sweep.dir`` with one line before Hydra creates it, and ends a
-    sweep with one summary line and exit status 1 when any job did not finish."""
-
-    def __init__(self):
-        self._start = 0
-
-    def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        _usable_or_exit("hydra.run.dir", config.hydra.run.dir)
-
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        _usable_or_exit("hydra.sweep.dir", config.hydra.sweep.dir)
-        status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
-        self._start = status.stat().st_size if status.is_file() else 0
-
-    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
-        jobs = []
-        if status.is_file():
-            with open(status, encoding="utf-8") as f:
-                f.seek(self._start)
-                jobs = [json.loads(line) for line in f if line.strip()]
-        failed = [j for j in jobs if j["status"] != "finished"]
-        if not failed:
-            print(f"sweep: all {len(jobs)} jobs finished", file=sys.stderr, flush=True)
-            return
-        which = "; ".join(f"#{j['job']} {j['overrides'] or '(no overrides)'}: {j['status']}" for j in failed)
-        print(f"error: sweep: {len(failed)} of {len(jobs)} jobs did not finish ({which}); see {status}",
-              file=sys.stderr, flush=True)
-        sys.exit(1)
-
-
-def _usable_or_exit(key: str, path: str) -> None:
-    try:
-        check_usable_dir(key, path)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
-
-
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        sweep_job(cfg, run_dir)
+        sweep_job(train_run, cfg, run_dir)
     else:
         run(cfg, run_dir)
 
@@ -361,4 +250,5 @@ if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.train import main as task
-    run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "experiment"))
+    run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "loop", "experiment"),
+            check=partial(check_overrides, "train"))

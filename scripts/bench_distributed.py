@@ -104,12 +104,12 @@ def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
     from hydra import compose, initialize_config_dir
 
     from dadam3.config import CONFIG_DIR
-    from dadam3.settings import train_settings
+    from dadam3.schema import train_settings
     from dadam3.train import build_trainer
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*a["overrides"], f"nodes={a['nodes']}", *backend,
-                                                      "progress=false", f"threads={a['threads']}",
+                                                      "loop.progress=false", f"threads={a['threads']}",
                                                       *(["device=cuda"] if a["backend"] == "nccl" else [])])
     t = build_trainer(train_settings(cfg), Path(out) / "run")
     mixer, mixing = t.opt_g.mixer, [0.0]
@@ -180,7 +180,7 @@ def main() -> None:
     p.add_argument("--train", action="store_true", help="time whole training iterations of the trainer")
     p.add_argument("--iters", type=int, default=30, help="--train: timed iterations")
     p.add_argument("--threads", type=int, default=1, help="--train: torch threads per rank")
-    p.add_argument("--overrides", nargs="*", default=["experiment=toy_gaussians", "n_critic=1", "model.hidden=64"],
+    p.add_argument("--overrides", nargs="*", default=["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=64"],
                    help="--train: Hydra overrides of python -m dadam3.train")
     a = vars(p.parse_args())
     if a["fused"] and build_topology(a["topology"], a["nodes"], a["rounds"]).time_varying:

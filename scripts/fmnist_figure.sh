@@ -24,11 +24,11 @@ name=$1; experiment=$2; optimizers=$3; seeds=$4; shift 4
 out=${FMNIST_OUT:-results/fmnist}/$name
 extra=()
 if [ "${SMOKE:-0}" = 1 ]; then
-  extra=(iterations=4 model.width=0.03125 batch_size=4 log_every=2 sample_every=2 checkpoint_every=2
+  extra=(loop.iterations=4 model.width=0.03125 loop.batch_size=4 loop.log_every=2 loop.sample_every=2 loop.checkpoint_every=2
          metrics.every=2 metrics.samples=20 metrics.batch_size=20 dataset.root=tests/data/fashion_mnist
          dataset.split=test device=cpu threads=1)
 fi
-if [ -n "${ITERATIONS:-}" ]; then extra+=("iterations=$ITERATIONS"); fi
+if [ -n "${ITERATIONS:-}" ]; then extra+=("loop.iterations=$ITERATIONS"); fi
 
 # finished_short DIR: the run finished at fewer than $ITERATIONS iterations (so it can go on)
 finished_short() {

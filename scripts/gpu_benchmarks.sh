@@ -50,8 +50,8 @@ sed -n '/^| M |/,$p' "$OUT_DIR/bench_gan.txt" >>"$OUT_DIR/summary.txt"
 train() {  # name, then overrides
   local name=$1; shift
   echo "== training run $name: $*" | tee -a "$OUT_DIR/summary.txt"
-  "$PY" -m dadam3.train dataset=fake optimizer=dadam3 device="$DEVICE" iterations="$ITERATIONS" batch_size=64 \
-    log_every=25 sample_every="$ITERATIONS" checkpoint_every="$ITERATIONS" metrics.every=0 progress=false \
+  "$PY" -m dadam3.train dataset=fake optimizer=dadam3 device="$DEVICE" loop.iterations="$ITERATIONS" loop.batch_size=64 \
+    loop.log_every=25 loop.sample_every="$ITERATIONS" loop.checkpoint_every="$ITERATIONS" metrics.every=0 loop.progress=false \
     "$@" "${TRAIN_EXTRA[@]}" hydra.run.dir="$WORK/$name" 2>&1 | tail -n 5
   cp "$WORK/$name/metrics.jsonl" "$OUT_DIR/$name.jsonl"
   "$PY" - "$OUT_DIR/$name.jsonl" <<'EOF' | tee -a "$OUT_DIR/summary.txt"
@@ -83,7 +83,7 @@ read -r -a RANKS <<<"${DIST_RANKS:-$DEFAULT_RANKS}"
 {
   "$PY" scripts/bench_distributed.py --backend "$BACKEND" --ranks "${RANKS[@]}" --fused "${DIST_EXTRA[@]}"
   "$PY" scripts/bench_distributed.py --backend "$BACKEND" --ranks "${RANKS[@]}" --train --nodes 4 --iters 20 \
-    --overrides dataset=fake model=dcgan32 n_critic=1 batch_size=64 metrics.every=0 sample_every=100000 \
-    checkpoint_every=0 "${DIST_TRAIN_EXTRA[@]}"
+    --overrides dataset=fake model=dcgan32 loop.n_critic=1 loop.batch_size=64 metrics.every=0 loop.sample_every=100000 \
+    loop.checkpoint_every=0 "${DIST_TRAIN_EXTRA[@]}"
 } 2>&1 | tee "$OUT_DIR/bench_distributed.txt"
 grep -E "^(machine|LocalMixer|simulator|R=|    )" "$OUT_DIR/bench_distributed.txt" >>"$OUT_DIR/summary.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU-scale experiment (beyond the paper): WGAN-GP on the 8-Gaussians ring with MLPs,
 # M = 5 ring, Dadam3 vs DOSG vs DP-OAdam (experiment=toy_gaussians). Extra arguments go
-# to every run, e.g. `bash scripts/toy_gaussians.sh iterations=500`.
+# to every run, e.g. `bash scripts/toy_gaussians.sh loop.iterations=500`.
 # Writes results/toy_gaussians/{dadam3,dosg,dp_oadam}/ (metrics.jsonl, samples/) and
 # results/toy_gaussians/toy_gaussians.png. Like the other drivers (train_or_resume of
 # scripts/runs.sh) a finished run is skipped and an interrupted one resumed; earlier results are
@@ -12,7 +12,7 @@ PY=${PYTHON:-python}
 source scripts/runs.sh
 OUT=${TOY_OUT:-results/toy_gaussians}
 for opt in dadam3 dosg dp_oadam; do
-  train_or_resume "$OUT/$opt" experiment=toy_gaussians optimizer=$opt progress=false "$@"
+  train_or_resume "$OUT/$opt" experiment=toy_gaussians optimizer=$opt loop.progress=false "$@"
 done
 "$PY" -m dadam3.plot toy --run "Dadam3=$OUT/dadam3" --run "DOSG=$OUT/dosg" --run "DP-OAdam=$OUT/dp_oadam" \
   --out "$OUT/toy_gaussians.png"

@@ -19,7 +19,7 @@ from dadam3.optim.base import LR, HParam
 from dadam3.optim.elementwise import sign
 from dadam3.optim.skeletons import OptimisticGossip
 from dadam3.run_logging import read_jsonl
-from dadam3.settings import train_settings
+from dadam3.schema import train_settings
 
 
 class OptimisticSign(OptimisticGossip):
@@ -54,9 +54,9 @@ def osign(tmp_path, monkeypatch):
 
 
 def test_a_new_optimizer_trains_a_gan(osign, tmp_path):
-    settings = train_settings(config(TOY + osign + ["iterations=4", "checkpoint_every=4"]))
+    settings = train_settings(config(TOY + osign + ["loop.iterations=4", "loop.checkpoint_every=4"]))
     assert dict(settings.optimizer.hparams) == {"lr": 1e-3, "scale": 0.5}
-    t = train(TOY + osign + ["iterations=4", "checkpoint_every=4"], tmp_path / "run")
+    t = train(TOY + osign + ["loop.iterations=4", "loop.checkpoint_every=4"], tmp_path / "run")
     recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert recs[-1]["status"] == "finished" and math.isfinite(recs[-2]["loss_d"])
     p = next(t.G.parameters())

@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from dadam3.config import CONFIG_DIR
+from dadam3.schema import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,9 +19,7 @@ def synthetic(*args, cwd=None):
 
 
 def compose_synthetic(overrides=()):
-    import dadam3.config  # noqa: F401  (registers the inv_one_plus_sq resolver)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="synthetic", overrides=list(overrides))
+    return compose("synthetic", overrides)
 
 
 def test_defaults_are_the_papers():

@@ -21,8 +21,8 @@ from dadam3.run_logging import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-TOY = ["experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8", "progress=false", "log_every=2",
-       "metrics.every=4", "metrics.samples=200", "sample_every=4", "checkpoint_every=3", "dtype=float64"]
+TOY = ["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8", "loop.progress=false", "loop.log_every=2",
+       "metrics.every=4", "metrics.samples=200", "loop.sample_every=4", "loop.checkpoint_every=3", "dtype=float64"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -78,7 +78,7 @@ def assert_same_run(dir_a, dir_b):
     (1, "dadam3", "erdos_renyi"),
 ])
 def test_ranks_equal_the_simulator(tmp_path, R, optimizer, topology):
-    args = [f"optimizer={optimizer}", f"topology={topology}", "iterations=6"]
+    args = [f"optimizer={optimizer}", f"topology={topology}", "loop.iterations=6"]
     simulator(tmp_path / "sim", *args)
     ranks(R, tmp_path / "dist", *args)
     assert_same_run(tmp_path / "sim", tmp_path / "dist")
@@ -87,19 +87,19 @@ def test_ranks_equal_the_simulator(tmp_path, R, optimizer, topology):
 
 @pytest.mark.slow
 def test_checkpoint_of_two_ranks_resumes_under_three_and_in_the_simulator(tmp_path):
-    simulator(tmp_path / "full", "iterations=7")
-    ranks(2, tmp_path / "r2", "iterations=3")
+    simulator(tmp_path / "full", "loop.iterations=7")
+    ranks(2, tmp_path / "r2", "loop.iterations=3")
     for name in ("r3", "sim"):
         run = tmp_path / name
         run.mkdir()
         for f in ("metrics.jsonl", "checkpoints"):
             subprocess.run(["cp", "-r", str(tmp_path / "r2" / f), str(run / f)], check=True)
-    ranks(3, tmp_path / "x", "iterations=7", f"resume={tmp_path / 'r3'}")
-    simulator(tmp_path / "y", "iterations=7", f"resume={tmp_path / 'sim'}")
+    ranks(3, tmp_path / "x", "loop.iterations=7", f"resume={tmp_path / 'r3'}")
+    simulator(tmp_path / "y", "loop.iterations=7", f"resume={tmp_path / 'sim'}")
     for name in ("r3", "sim"):
         resumed = tmp_path / name
         recs = read_jsonl(resumed / "metrics.jsonl")
-        assert [r for r in recs if r["status"] == "resumed"][0]["changed"]["iterations"] == [3, 7]
+        assert [r for r in recs if r["status"] == "resumed"][0]["changed"]["loop.iterations"] == [3, 7]
         kept = [r for r in recs if r["status"] != "resumed"]
         (resumed / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         assert_same_run(tmp_path / "full", resumed)
@@ -121,7 +121,7 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
         env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dadam3.train", *TOY, "iterations=100000", "backend=distributed",
+            [sys.executable, "-m", "dadam3.train", *TOY, "loop.iterations=100000", "backend=distributed",
              f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={tmp_path / 'run'}"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     metrics = tmp_path / "run" / "metrics.jsonl"
@@ -179,7 +179,7 @@ def _error_lines(err):
 @pytest.mark.slow
 def test_nan_on_another_rank_stops_both_naming_node_and_iteration(tmp_path):
     run = tmp_path / "run"
-    procs = _start_two_ranks(run, "iterations=8", code=POISON_RANK_1)
+    procs = _start_two_ranks(run, "loop.iterations=8", code=POISON_RANK_1)
     errs = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [3, 3], errs
     lines = _error_lines(errs[0])
@@ -198,7 +198,7 @@ def test_sigterm_to_one_rank_stops_both_and_resumes_like_the_simulator(tmp_path)
     checkpoint and says so once, both exit 143; resumed (by the simulator) to k + 3, the
     run equals an uninterrupted simulator run."""
     run = tmp_path / "run"
-    procs = _start_two_ranks(run, "iterations=100000", "checkpoint_every=1000")
+    procs = _start_two_ranks(run, "loop.iterations=100000", "loop.checkpoint_every=1000")
     deadline = time.time() + 120
     while time.time() < deadline and (not (run / "metrics.jsonl").exists() or len(read_jsonl(run / "metrics.jsonl")) < 2):
         assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-2000:]
@@ -214,8 +214,8 @@ def test_sigterm_to_one_rank_stops_both_and_resumes_like_the_simulator(tmp_path)
     assert (last["status"], last["iteration"]) == ("interrupted", k)
     assert load(checkpoint_path(run))["iteration"] == k
 
-    simulator(tmp_path / "x", f"iterations={k + 3}", "checkpoint_every=1000", f"resume={run}")
-    simulator(tmp_path / "full", f"iterations={k + 3}", "checkpoint_every=1000")
+    simulator(tmp_path / "x", f"loop.iterations={k + 3}", "loop.checkpoint_every=1000", f"resume={run}")
+    simulator(tmp_path / "full", f"loop.iterations={k + 3}", "loop.checkpoint_every=1000")
     kept = [r for r in read_jsonl(run / "metrics.jsonl") if r["status"] != "resumed"]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     assert_same_run(tmp_path / "full", run)

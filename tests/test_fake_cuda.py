@@ -46,7 +46,7 @@ Unchecked, and why:
   check a generator's device (real torch would refuse a CPU generator for a CUDA draw);
   CUDA RNG states in checkpoints (``torch.cuda`` reports no device); the settings' own check
   (``device=cuda`` is refused without CUDA: the settings are composed for the CPU and their
-  device replaced);
+  ``torch_device`` replaced);
 * host-side state kept as real CPU tensors (sampler and global RNG states) is captured and
   restored outside the fake mode: cloning it under the mode would make fake, empty copies;
 * nets are built outside the fake mode, as real CPU modules (as in a real run), and moved
@@ -62,7 +62,6 @@ Unchecked, and why:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import types
 from pathlib import Path
 
@@ -85,21 +84,24 @@ import dadam3.gan.trainer as trainer_mod
 import dadam3.train as train_mod
 from dadam3.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
-from dadam3.settings import train_settings
+from dadam3.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report
 M = 3
-IMAGES = ["dataset=fake", "dataset.length=16", "model.width=0.03125", f"nodes={M}", "batch_size=2",
-          "progress=false", "metrics.every=0", "cuda.tf32=true"]
-TOY = ["experiment=toy_gaussians", "model.hidden=16", f"nodes={M}", "batch_size=2", "n_critic=1", "threads=null",
-       "progress=false", "metrics.every=1", "metrics.samples=10", "cuda.tf32=true"]
+IMAGES = ["dataset=fake", "dataset.length=16", "model.width=0.03125", f"nodes={M}", "loop.batch_size=2",
+          "loop.progress=false", "metrics.every=0", "cuda.tf32=true"]
+TOY = ["experiment=toy_gaussians", "model.hidden=16", f"nodes={M}", "loop.batch_size=2", "loop.n_critic=1", "threads=null",
+       "loop.progress=false", "metrics.every=1", "metrics.samples=10", "cuda.tf32=true"]
 
 
 def cuda_settings(overrides):
     """Settings for a cuda run (composed for the CPU, which the settings check insists on here)."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[*overrides, "device=cpu"])
-    return dataclasses.replace(train_settings(cfg), device=torch.device("cuda"))
+    s = train_settings(cfg)
+    on_cuda = type("OnCuda", (type(s),), {"torch_device": property(lambda self: torch.device("cuda"))})
+    object.__setattr__(s, "__class__", on_cuda)        # the checked settings are frozen
+    return s
 
 
 def outside_fake(fn):
@@ -213,7 +215,7 @@ def state_tensors(trainer):
 @pytest.mark.parametrize("overrides, grads_per_step", [
     (["model=dcgan32", "optimizer=dadam3"], 3),
     (["model=dcgan64", "dataset.image_size=64", "optimizer=dosg"], 3),
-    (["model=dcgan32", "optimizer=dp_oadam", "n_critic=2", "topology=complete"], 2 * 2 + 1),
+    (["model=dcgan32", "optimizer=dp_oadam", "loop.n_critic=2", "topology=complete"], 2 * 2 + 1),
 ], ids=["dcgan32-dadam3", "dcgan64-dosg", "dcgan32-dp_oadam-alternating"])
 def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_per_step):
     h = fake_cuda
@@ -239,7 +241,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     t.sample(t.G, 2)
     names = [n for n, _, _ in h.images]
     assert names == [f"iter_000002_node{i:02d}.png" for i in range(M)] + ["iter_000002_avg.png", "00000002.png"]
-    size = s.data.image_size
+    size = s.dataset.image_size
     assert [d for _, d, _ in h.images] == [CUDA] * (M + 1) + [torch.device("cpu")]   # the logger's grid: CPU
     assert h.images[0][2] == (3, 8 * (size + 2) + 2, 8 * (size + 2) + 2)
 

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from hydra import compose, initialize_config_dir
 from torchvision import transforms
 
-from dadam3.config import CONFIG_DIR
 from dadam3.data import TensorImages, build_dataset
 from dadam3.data.idx import IdxError, read_idx, write_idx
 from dadam3.errors import ConfigError
+from dadam3.schema import compose
 
 torch.set_num_threads(1)
 
@@ -172,8 +171,7 @@ def test_corrupt_files_one_line_error(tmp_path: Path) -> None:
 def test_hydra_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """configs/dataset/fashion_mnist.yaml: root defaults to $DADAM3_DATA, else the Debian directory."""
     def dataset_cfg():
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            return compose(config_name="train", overrides=["dataset=fashion_mnist"]).dataset
+        return compose("train", ["dataset=fashion_mnist"]).dataset
 
     monkeypatch.delenv("DADAM3_DATA", raising=False)
     d = dataset_cfg()

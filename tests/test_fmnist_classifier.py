@@ -234,12 +234,12 @@ def test_metric_arg_checks_apply_to_fixed_images(subset) -> None:
 def test_evaluation_hook_scores_every_node_and_the_averaged_model(tmp_path) -> None:
     """The hook (metrics/evaluation.py, fed by gan/samples.py's GeneratorDraws) equals
     fidelity_metrics called by hand on each node's generator and on the node-averaged one."""
-    from dadam3.settings import train_settings
+    from dadam3.schema import train_settings
     from dadam3.train import build_trainer
     from trainer_runs import config
 
     s = train_settings(config(["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125",
-                               "nodes=2", "batch_size=2", "device=cpu", "progress=false", "iterations=2",
+                               "nodes=2", "loop.batch_size=2", "device=cpu", "loop.progress=false", "loop.iterations=2",
                                "metrics.every=1", "metrics.samples=10", "metrics.inception=true",
                                "metrics.fid=true", "metrics.feature_extractor=fmnist_classifier",
                                f"metrics.cache_dir={tmp_path / 'cache'}"]))

@@ -101,11 +101,11 @@ def test_mlp_shapes_and_width():
 
 
 @pytest.mark.parametrize("kwargs,key", [
-    (dict(arch="wgan"), "model.arch"),
-    (dict(arch="dcgan32", image_size=64), "dataset.image_size"),
-    (dict(arch="dcgan64", image_size=28), "dataset.image_size"),
-    (dict(arch="dcgan32", width=0), "model.width"),
-    (dict(arch="dcgan32", init="xavier"), "model.init"),
+    (dict(arch="wgan"), "arch"),
+    (dict(arch="dcgan32", image_size=64), "image_size"),
+    (dict(arch="dcgan64", image_size=28), "image_size"),
+    (dict(arch="dcgan32", width=0), "width"),
+    (dict(arch="dcgan32", init="xavier"), "init"),
 ])
 def test_bad_config_is_one_line_naming_the_key(kwargs, key):
     with pytest.raises(ConfigError) as info:

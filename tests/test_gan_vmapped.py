@@ -253,10 +253,10 @@ def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypa
         G, D = stacked_build(*args, **kwargs)
         return VmapNet(G.to_modules()), VmapNet(D.to_modules())
 
-    overrides = TOY + ["iterations=6", "nodes=3"]
+    overrides = TOY + ["loop.iterations=6", "nodes=3"]
     reference = train(overrides, tmp_path / "stacked")
     monkeypatch.setattr(train_mod, "build_stacked_nets", vmapped_build)
-    t = train(overrides[:-2] + ["iterations=3", "nodes=3"], tmp_path / "vmapped")
+    t = train(overrides[:-2] + ["loop.iterations=3", "nodes=3"], tmp_path / "vmapped")
     assert isinstance(t.G, VmapNet) and isinstance(t.D, VmapNet)
     t = train(overrides + [f"resume={tmp_path / 'vmapped'}"], tmp_path / "ignored")
     assert t.run_dir == tmp_path / "vmapped"

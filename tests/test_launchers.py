@@ -11,11 +11,13 @@ from hydra import compose, initialize_config_dir
 
 from dadam3.config import CONFIG_DIR
 from dadam3.run_logging import read_jsonl
+from dadam3.schema import register
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_slurm_launcher_config_composes():
+    register()                     # the schema nodes in Hydra's ConfigStore (done on import of dadam3.schema)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", return_hydra_config=True,
                       overrides=["hydra/launcher=slurm_gpus", "backend=distributed", "experiment=fig4_cifar100",
@@ -31,8 +33,8 @@ def test_submitit_local_sweep_of_distributed_runs(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "dadam3.train", "-m", "hydra/launcher=submitit_local",
          "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", "backend=distributed",
-         "distributed.timeout_s=60", "experiment=toy_gaussians", "n_critic=1", "model.hidden=16", "batch_size=8",
-         "iterations=4", "log_every=2", "metrics.every=4", "metrics.samples=100", "sample_every=4",
+         "distributed.timeout_s=60", "experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8",
+         "loop.iterations=4", "loop.log_every=2", "metrics.every=4", "metrics.samples=100", "loop.sample_every=4",
          "optimizer=dadam3,dosg", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]

@@ -20,7 +20,7 @@ from dadam3.errors import ConfigError
 from dadam3.gan.finiteness import TrainingDiverged
 from dadam3.run_dir import LOCK_FILE, open_run_dir
 from dadam3.run_logging import read_jsonl
-from dadam3.settings import train_settings
+from dadam3.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import ROOT, TOY, cli, config, train
@@ -33,13 +33,13 @@ def without_time(records):
 # ---------------------------------------------------------------- resume
 
 def test_resume_applies_a_changed_learning_rate_and_records_it(tmp_path):
-    train(TOY + ["iterations=3"], tmp_path / "run")
-    t = train(TOY + ["iterations=5", "optimizer.lr=1e-5", f"resume={tmp_path / 'run'}"], tmp_path / "x")
+    train(TOY + ["loop.iterations=3"], tmp_path / "run")
+    t = train(TOY + ["loop.iterations=5", "optimizer.lr=1e-5", f"resume={tmp_path / 'run'}"], tmp_path / "x")
     assert all(g["lr"] == 1e-5 for opt in (t.opt_g, t.opt_d) for g in opt.param_groups)
     recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     (resumed,) = [r for r in recs if r["status"] == "resumed"]
     assert resumed["iteration"] == 3
-    assert resumed["changed"] == {"iterations": [3, 5], "optimizer.lr": [1e-3, 1e-5]}
+    assert resumed["changed"] == {"loop.iterations": [3, 5], "optimizer.lr": [1e-3, 1e-5]}
 
 
 @pytest.mark.parametrize("change, key, old", [("topology=complete", "topology.name", "ring"),
@@ -47,19 +47,19 @@ def test_resume_applies_a_changed_learning_rate_and_records_it(tmp_path):
                                               ("seed=1", "seed", "0"),
                                               ("optimizer=dosg", "optimizer.name", "dadam3")])
 def test_resume_refuses_keys_that_fix_the_run(tmp_path, change, key, old):
-    train(TOY + ["iterations=3"], tmp_path / "run")
+    train(TOY + ["loop.iterations=3"], tmp_path / "run")
     with pytest.raises(ConfigError) as e:
-        build_trainer(train_settings(config(TOY + ["iterations=5", change, f"resume={tmp_path / 'run'}"])), tmp_path)
+        build_trainer(train_settings(config(TOY + ["loop.iterations=5", change, f"resume={tmp_path / 'run'}"])), tmp_path)
     msg = str(e.value)
     assert e.value.key == key and f"was made with {key}={old}" in msg and "\n" not in msg
 
 
 def test_resumed_log_reads_as_if_the_run_never_stopped(tmp_path):
     full = tmp_path / "full"
-    train(TOY + ["iterations=9"], full)
+    train(TOY + ["loop.iterations=9"], full)
     cut = tmp_path / "cut"
-    train(TOY + ["iterations=5"], cut)                     # finished at 5, off the logging grid
-    train(TOY + ["iterations=9", f"resume={cut}"], tmp_path / "x")
+    train(TOY + ["loop.iterations=5"], cut)                     # finished at 5, off the logging grid
+    train(TOY + ["loop.iterations=9", f"resume={cut}"], tmp_path / "x")
     resumed = read_jsonl(cut / "metrics.jsonl")
     assert [r["status"] for r in resumed].count("finished") == 1 and resumed[-1]["status"] == "finished"
     assert without_time([r for r in resumed if r["status"] != "resumed"]) == without_time(read_jsonl(full / "metrics.jsonl"))
@@ -70,13 +70,13 @@ def test_resumed_log_with_an_evaluation_period_but_no_metric_on(tmp_path):
     record a run ending at 4 wrote there must go when it is resumed (it stayed: the rewind
     judged the grid from the config)."""
     images = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2",
-              "batch_size=2", "device=cpu", "progress=false", "log_every=3", "sample_every=100",
-              "checkpoint_every=100", "metrics.every=4", "metrics.inception=false", "metrics.fid=false",
+              "loop.batch_size=2", "device=cpu", "loop.progress=false", "loop.log_every=3", "loop.sample_every=100",
+              "loop.checkpoint_every=100", "metrics.every=4", "metrics.inception=false", "metrics.fid=false",
               "metrics.kid=false"]
-    train(images + ["iterations=8"], tmp_path / "full")
+    train(images + ["loop.iterations=8"], tmp_path / "full")
     cut = tmp_path / "cut"
-    train(images + ["iterations=4"], cut)
-    train(images + ["iterations=8", f"resume={cut}"], tmp_path / "x")
+    train(images + ["loop.iterations=4"], cut)
+    train(images + ["loop.iterations=8", f"resume={cut}"], tmp_path / "x")
     resumed = [r for r in read_jsonl(cut / "metrics.jsonl") if r["status"] != "resumed"]
     assert [r["iteration"] for r in resumed] == [3, 6, 8, 8]
     assert without_time(resumed) == without_time(read_jsonl(tmp_path / "full" / "metrics.jsonl"))
@@ -109,7 +109,7 @@ def test_divergence_message_and_record_name_the_same_iteration(tmp_path, monkeyp
 
     monkeypatch.setattr(trainer_mod.WGANTrainer, "train_step", poisoned)
     with pytest.raises(TrainingDiverged) as e:
-        train(TOY + ["iterations=8"], tmp_path)
+        train(TOY + ["loop.iterations=8"], tmp_path)
     last = read_jsonl(tmp_path / "metrics.jsonl")[-1]
     assert last["status"] == "diverged" and last["node"] == 1
     assert f"after iteration {last['iteration']}" in str(e.value) and last["iteration"] == 3   # checked before its checkpoint
@@ -119,14 +119,14 @@ def test_divergence_message_and_record_name_the_same_iteration(tmp_path, monkeyp
 
 def test_second_fresh_run_into_a_directory_is_refused_then_overwrite_allows_it(tmp_path):
     run = tmp_path / "run"
-    assert cli(*TOY, "iterations=2", "seed=0", f"hydra.run.dir={run}").returncode == 0
+    assert cli(*TOY, "loop.iterations=2", "seed=0", f"hydra.run.dir={run}").returncode == 0
     before = (run / "metrics.jsonl").read_bytes()
-    r = cli(*TOY, "iterations=2", "seed=1", f"hydra.run.dir={run}")
+    r = cli(*TOY, "loop.iterations=2", "seed=1", f"hydra.run.dir={run}")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith(f"error: hydra.run.dir={run}: holds another run's files (metrics.jsonl, checkpoints")
     assert "resume=" in r.stderr and "overwrite=true" in r.stderr
     assert (run / "metrics.jsonl").read_bytes() == before              # nothing lost
-    assert cli(*TOY, "iterations=2", "seed=1", "overwrite=true", f"hydra.run.dir={run}").returncode == 0
+    assert cli(*TOY, "loop.iterations=2", "seed=1", "overwrite=true", f"hydra.run.dir={run}").returncode == 0
     assert load(checkpoint_path(run))["config"]["seed"] == 1
     assert len(read_jsonl(run / "metrics.jsonl")) == 2
 
@@ -144,12 +144,12 @@ def test_a_live_writer_holds_the_directory(tmp_path):
 
 def test_stray_checkpoint_temporaries_are_removed_and_modes_follow_the_umask(tmp_path):
     run = tmp_path / "run"
-    train(TOY + ["iterations=3"], run)
+    train(TOY + ["loop.iterations=3"], run)
     stray = run / "checkpoints" / ".last.pt.abc123.tmp"
     stray.write_bytes(b"x" * 1000)
     old = os.umask(0o022)
     try:
-        train(TOY + ["iterations=4", f"resume={run}"], tmp_path / "x")
+        train(TOY + ["loop.iterations=4", f"resume={run}"], tmp_path / "x")
     finally:
         os.umask(old)
     assert not stray.exists()
@@ -163,8 +163,8 @@ def test_stray_checkpoint_temporaries_are_removed_and_modes_follow_the_umask(tmp
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_saves_stops_and_resumes_bit_identically(tmp_path, signum):
     run = tmp_path / "run"
-    args = [*TOY, "checkpoint_every=1000", "threads=1"]
-    p = subprocess.Popen([sys.executable, "-m", "dadam3.train", *args, "iterations=100000", f"hydra.run.dir={run}"],
+    args = [*TOY, "loop.checkpoint_every=1000", "threads=1"]
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.train", *args, "loop.iterations=100000", f"hydra.run.dir={run}"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not (run / "metrics.jsonl").exists() or \
@@ -183,8 +183,8 @@ def test_signal_saves_stops_and_resumes_bit_identically(tmp_path, signum):
     assert load(checkpoint_path(run))["iteration"] == k
 
     total = k + 5
-    assert cli(*args, f"iterations={total}", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}").returncode == 0
-    assert cli(*args, f"iterations={total}", f"hydra.run.dir={tmp_path / 'full'}").returncode == 0
+    assert cli(*args, f"loop.iterations={total}", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}").returncode == 0
+    assert cli(*args, f"loop.iterations={total}", f"hydra.run.dir={tmp_path / 'full'}").returncode == 0
     a, b = load(checkpoint_path(run)), load(checkpoint_path(tmp_path / "full"))
     for net in ("G", "D"):
         for name in a[net]:
@@ -199,7 +199,7 @@ def _bad_files(tmp_path):
     not_ckpt = tmp_path / "notes.txt"
     not_ckpt.write_text("hello")
     run = tmp_path / "run"
-    train(TOY + ["iterations=3"], run)
+    train(TOY + ["loop.iterations=3"], run)
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(checkpoint_path(run).read_bytes()[:2000])
     other = tmp_path / "weights.pt"
@@ -221,7 +221,7 @@ def test_bad_files_are_one_line_before_any_training(tmp_path):
              ]
     for extra, start in cases:
         with pytest.raises(ConfigError) as e:
-            build_trainer(train_settings(config(TOY + ["iterations=5", *extra])), tmp_path / "fresh")
+            build_trainer(train_settings(config(TOY + ["loop.iterations=5", *extra])), tmp_path / "fresh")
         assert str(e.value).startswith(start) and "\n" not in str(e.value), str(e.value)
         assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
 
@@ -229,9 +229,9 @@ def test_bad_files_are_one_line_before_any_training(tmp_path):
 def test_garbage_inception_weights_stop_the_run_at_start(tmp_path):
     garbage = tmp_path / "inception.pth"
     garbage.write_bytes(b"not weights" * 100)
-    r = cli("dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "batch_size=2", "device=cpu",
-            "metrics.inception=true", "metrics.every=2", f"metrics.inception_weights={garbage}", "iterations=2",
-            "progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    r = cli("dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "loop.batch_size=2", "device=cpu",
+            "metrics.inception=true", "metrics.every=2", f"metrics.inception_weights={garbage}", "loop.iterations=2",
+            "loop.progress=false", f"hydra.run.dir={tmp_path / 'run'}")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith(f"error: metrics.inception_weights={garbage}: not torch-fidelity's Inception weights")
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
@@ -250,7 +250,7 @@ def test_wandb_without_login_is_one_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "c"), WANDB_DIR=str(tmp_path / "d"),
                WANDB_SILENT="true", NETRC=str(tmp_path / "netrc"))
-    r = cli(*TOY, "iterations=2", "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", env=env)
+    r = cli(*TOY, "loop.iterations=2", "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: logger.mode=online: wandb cannot start") and "wandb login" in r.stderr
 
@@ -267,7 +267,7 @@ def test_wandb_without_login_is_one_line(tmp_path):
 ])
 def test_values_that_were_accepted_silently(tmp_path, args, start):
     with pytest.raises(ConfigError) as e:
-        build_trainer(train_settings(config(TOY + ["iterations=2", *args])), tmp_path)
+        build_trainer(train_settings(config(TOY + ["loop.iterations=2", *args])), tmp_path)
     assert str(e.value).startswith(start), str(e.value)
 
 

@@ -17,16 +17,16 @@ import torch
 from dadam3.checkpoint import checkpoint_path, load
 from dadam3.errors import ConfigError
 from dadam3.run_logging import JsonlLogger, read_jsonl
-from dadam3.settings import train_settings
+from dadam3.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import ROOT, TOY, cli, config, train
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-SMALL = [*TOY, "iterations=3"]
-FAKE = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2", "batch_size=2",
-        "device=cpu", "progress=false"]
+SMALL = [*TOY, "loop.iterations=3"]
+FAKE = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2", "loop.batch_size=2",
+        "device=cpu", "loop.progress=false"]
 
 
 def no_wandb_login(tmp_path):
@@ -54,24 +54,24 @@ def test_1_4_a_failed_wandb_start_touches_nothing(tmp_path):
     """1: a resume whose W&B cannot log in left the log rewound (finished record and the last
     off-grid record gone); 4: a fresh run's failed W&B start left an empty metrics.jsonl."""
     run = tmp_path / "a"
-    base = ["experiment=toy_gaussians", "metrics.every=0", "progress=false", "log_every=20"]
-    assert cli(*base, "iterations=30", f"hydra.run.dir={run}").returncode == 0
+    base = ["experiment=toy_gaussians", "metrics.every=0", "loop.progress=false", "loop.log_every=20"]
+    assert cli(*base, "loop.iterations=30", f"hydra.run.dir={run}").returncode == 0
     before = snapshot(run)
     env = no_wandb_login(tmp_path)
-    r = cli(*base, "iterations=40", "logger=wandb", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}", env=env)
+    r = cli(*base, "loop.iterations=40", "logger=wandb", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}", env=env)
     assert r.returncode == 2, r.stderr
     one_line(r.stderr, "error: logger.mode=online: wandb cannot start")
     assert snapshot(run) == before                      # the log still ends "finished" at 30
     fresh = tmp_path / "fresh"
-    r = cli(*base, "iterations=2", "logger=wandb", f"hydra.run.dir={fresh}", env=env)
+    r = cli(*base, "loop.iterations=2", "logger=wandb", f"hydra.run.dir={fresh}", env=env)
     assert r.returncode == 2 and not fresh.exists() or snapshot(fresh) == {}, sorted(fresh.rglob("*"))
-    assert cli(*base, "iterations=2", f"hydra.run.dir={fresh}").returncode == 0    # the corrected re-run
+    assert cli(*base, "loop.iterations=2", f"hydra.run.dir={fresh}").returncode == 0    # the corrected re-run
 
 
 @pytest.mark.parametrize("damage", ["sampler", "param_groups", "shape"])
 def test_1_a_checkpoint_that_does_not_fit_leaves_the_log_alone(tmp_path, damage):
     run = tmp_path / "run"
-    train(TOY + ["iterations=5"], run)                  # ends off the logging grid
+    train(TOY + ["loop.iterations=5"], run)                  # ends off the logging grid
     ckpt = load(checkpoint_path(run))
     if damage == "sampler":
         del ckpt["sampler"]
@@ -82,7 +82,7 @@ def test_1_a_checkpoint_that_does_not_fit_leaves_the_log_alone(tmp_path, damage)
     torch.save(ckpt, checkpoint_path(run))
     before = snapshot(run)
     with pytest.raises(ConfigError) as e:
-        build_trainer(train_settings(config(TOY + ["iterations=9", f"resume={run}"])), tmp_path / "x")
+        build_trainer(train_settings(config(TOY + ["loop.iterations=9", f"resume={run}"])), tmp_path / "x")
     assert e.value.key == "resume" and "does not fit this run" in str(e.value) and "\n" not in str(e.value)
     assert snapshot(run) == before
 
@@ -116,7 +116,7 @@ def test_3_a_refused_run_leaves_the_runs_provenance_and_log(tmp_path):
         held.kill()
         held.wait()
     assert snapshot(run) == before
-    assert cli(*SMALL, "iterations=5", f"resume={run}", f"hydra.run.dir={tmp_path / 'y'}").returncode == 0
+    assert cli(*SMALL, "loop.iterations=5", f"resume={run}", f"hydra.run.dir={tmp_path / 'y'}").returncode == 0
     assert (run / ".hydra" / "config.yaml").read_bytes() == before[".hydra/config.yaml"]
     assert (run / ".hydra" / "resumed_00000003" / "overrides.yaml").is_file()
 
@@ -162,7 +162,7 @@ def test_7_an_occupied_master_port_is_named_and_the_timeout_is_the_real_one(tmp_
 
 @pytest.mark.slow
 def test_6_a_sweep_runs_every_job_and_sums_up(tmp_path):
-    r = cli("-m", *SMALL, "gp_lambda=1e308,10", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
+    r = cli("-m", *SMALL, "loop.gp_lambda=1e308,10", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
     assert r.returncode == 1, r.stderr[-3000:]
     jobs = [json.loads(x) for x in (tmp_path / "sweep_status.jsonl").read_text().splitlines()]
     assert [(j["job"], j["status"], j["exit"]) for j in jobs] == [(0, "diverged", 3), (1, "finished", 0)]
@@ -170,7 +170,7 @@ def test_6_a_sweep_runs_every_job_and_sums_up(tmp_path):
     assert read_jsonl(tmp_path / "1" / "metrics.jsonl")[-1]["status"] == "finished"
     assert read_jsonl(tmp_path / "0" / "metrics.jsonl")[-1]["status"] == "diverged"
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: sweep: 1 of 2 jobs did not finish (#0 ") and "gp_lambda=1e+308" in last, r.stderr
+    assert last.startswith("error: sweep: 1 of 2 jobs did not finish (#0 ") and "loop.gp_lambda=1e+308" in last, r.stderr
     assert ": diverged); see " in last and "sweep_status.jsonl" in last
 
 
@@ -182,8 +182,8 @@ def test_8_unusable_paths_are_one_line_before_anything(tmp_path):
     r = cli(*SMALL, f"hydra.run.dir={afile}/sub")
     assert r.returncode == 2
     one_line(r.stderr, f"error: hydra.run.dir={afile}/sub: cannot be created: {afile} is not a directory")
-    images = ["dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "batch_size=2", "device=cpu",
-              "progress=false", "iterations=2", "metrics.every=1", "metrics.fid=true", "metrics.samples=10"]
+    images = ["dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "loop.batch_size=2", "device=cpu",
+              "loop.progress=false", "loop.iterations=2", "metrics.every=1", "metrics.fid=true", "metrics.samples=10"]
     r = cli(*images, f"metrics.cache_dir={afile}", f"hydra.run.dir={tmp_path / 'run'}")
     assert r.returncode == 2
     one_line(r.stderr, f"error: metrics.cache_dir={afile}: exists and is not a directory")
@@ -219,14 +219,14 @@ def test_9_plot_refuses_bad_inputs_an_unwritable_out_and_a_missing_metric(tmp_pa
 @pytest.mark.slow
 def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path):
     run = tmp_path / "run"
-    assert cli(*SMALL, "checkpoint_every=1000", f"hydra.run.dir={run}").returncode == 0
+    assert cli(*SMALL, "loop.checkpoint_every=1000", f"hydra.run.dir={run}").returncode == 0
     kept = checkpoint_path(run).read_bytes()
     limit = len(kept) // 2                            # a checkpoint no longer fits; the log does
 
     def fsize_limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    r = cli(*SMALL, "checkpoint_every=1000", "iterations=6", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}",
+    r = cli(*SMALL, "loop.checkpoint_every=1000", "loop.iterations=6", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}",
             preexec_fn=fsize_limit)
     assert r.returncode == 1, r.stderr[-2000:]
     one_line(r.stderr, f"error: checkpoint not written: {checkpoint_path(run)} after iteration 6 (checkpoint "
@@ -244,7 +244,7 @@ def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path
     (["+model.foo=1"], "model.foo=1: means nothing for model=mlp"),
     (["+dataset.alpha=0.1"], "dataset.alpha=0.1: means nothing for dataset=gaussians"),
     ([*FAKE, "dataset.alpha=0.1"], "dataset.alpha=0.1: only used with dataset.partition=dirichlet"),
-    (["distributed.timeout_s=60"], "distributed.timeout_s=60: only used with backend=distributed"),
+    (["distributed.timeout_s=60"], "distributed.timeout_s=60.0: only used with backend=distributed"),
     (["+metrics.evry=5"], "metrics.evry=5: unknown key; did you mean every?"),
     (["+optimzer.lr=1"], "optimzer={'lr': 1}: unknown key; did you mean optimizer?"),
     (["+foo=1"], "foo=1: unknown key"),
@@ -265,7 +265,7 @@ def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path
 def test_11_12_values_that_crashed_or_were_accepted(tmp_path, args, start):
     base = [] if args[:len(FAKE)] == FAKE else TOY
     with pytest.raises(ConfigError) as e:
-        build_trainer(train_settings(config(base + ["iterations=2", *args])), tmp_path / "run")
+        build_trainer(train_settings(config(base + ["loop.iterations=2", *args])), tmp_path / "run")
     assert str(e.value).startswith(start) and "\n" not in str(e.value), str(e.value)
     assert not (tmp_path / "run").exists()
 
@@ -273,7 +273,7 @@ def test_11_12_values_that_crashed_or_were_accepted(tmp_path, args, start):
 def test_12_too_many_nodes_for_the_data_names_nodes(tmp_path):
     with pytest.raises(ConfigError) as e:
         build_trainer(train_settings(config(["dataset=fake", "dataset.length=4", "dataset.partition=split",
-                                             "model.width=0.03125", "nodes=5", "batch_size=1", "device=cpu"])),
+                                             "model.width=0.03125", "nodes=5", "loop.batch_size=1", "device=cpu"])),
                       tmp_path / "run")
     assert str(e.value).startswith("nodes=5: the data set has 4 samples and partition=split") and \
         "batch_size" not in str(e.value)
@@ -300,8 +300,8 @@ def test_12_resume_warns_about_dropped_garbage_lines(tmp_path, caplog):
 @pytest.mark.slow
 def test_12_toy_gaussians_script_resumes_instead_of_deleting(tmp_path):
     env = {**ENV, "PYTHON": sys.executable, "TOY_OUT": str(tmp_path)}
-    args = ["n_critic=1", "model.hidden=8", "batch_size=8", "iterations=4", "log_every=2", "metrics.every=4",
-            "metrics.samples=100", "sample_every=4", "checkpoint_every=2"]
+    args = ["loop.n_critic=1", "model.hidden=8", "loop.batch_size=8", "loop.iterations=4", "loop.log_every=2", "metrics.every=4",
+            "metrics.samples=100", "loop.sample_every=4", "loop.checkpoint_every=2"]
     r = subprocess.run(["bash", "scripts/toy_gaussians.sh", *args], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

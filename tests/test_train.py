@@ -18,13 +18,13 @@ from dadam3.errors import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.finiteness import TrainingDiverged
 from dadam3.run_logging import read_jsonl
-from dadam3.settings import train_settings
+from dadam3.schema import train_settings
 from dadam3.train import build_trainer, run
 
 from trainer_runs import ROOT, TOY, cli, config, train
 
-IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "batch_size=4",
-          "device=cpu", "progress=false", "log_every=2", "sample_every=4", "checkpoint_every=3", "metrics.every=0",
+IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "loop.batch_size=4",
+          "device=cpu", "loop.progress=false", "loop.log_every=2", "loop.sample_every=4", "loop.checkpoint_every=3", "metrics.every=0",
           "optimizer.lr=1e-3"]
 
 
@@ -32,14 +32,14 @@ def test_paper_defaults():
     cfg = config([])
     o = cfg.optimizer
     assert (o.name, o.lr, o.beta1, o.beta2, o.beta3) == ("dadam3", 5e-5, 0.5, 0.999, 0.5)
-    assert (cfg.batch_size, cfg.iterations, cfg.topology.name, cfg.n_critic) == (64, 30000, "ring", 1)
+    assert (cfg.loop.batch_size, cfg.loop.iterations, cfg.topology.name, cfg.loop.n_critic) == (64, 30000, "ring", 1)
     assert [config([f"experiment={e}"]).nodes for e in ("fig3_mnist", "fig3_cifar10", "fig4_cifar100",
                                                         "fig4_imagenette", "fig2_celeba", "fig2_cifar10")] \
         == [5, 5, 15, 15, 1, 1]
 
 
 def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
-    t = train(TOY + ["iterations=8"], tmp_path)
+    t = train(TOY + ["loop.iterations=8"], tmp_path)
     *recs, last = read_jsonl(tmp_path / "metrics.jsonl")
     assert [(r["iteration"], r["status"]) for r in recs] == [(2, "running"), (4, "running"), (6, "running"),
                                                             (8, "running")]
@@ -58,7 +58,7 @@ def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
 
 
 def test_operator_norm_is_the_per_node_norm_of_both_players_gradients(tmp_path):
-    t = build_trainer(train_settings(config(TOY + ["iterations=1", "dtype=float64"])), tmp_path)
+    t = build_trainer(train_settings(config(TOY + ["loop.iterations=1", "dtype=float64"])), tmp_path)
     trainer_mod.wgan_gp_step(t.G, t.D, *t._draw(), gp_lambda=10.0)
     grads = [p.grad for net in (t.G, t.D) for p in net.parameters()]
     by_hand = torch.stack([torch.cat([g[i].reshape(-1) for g in grads]).norm() for i in range(t.M)])
@@ -68,7 +68,7 @@ def test_operator_norm_is_the_per_node_norm_of_both_players_gradients(tmp_path):
 def test_logged_sample_grid_has_the_generators_pixel_values(tmp_path):
     """The grid sent to the logger shows the averaged model's images mapped [-1, 1] -> [0, 1]
     once (it used to be mapped twice: every pixel in [0.5, 1])."""
-    t = train(IMAGES + ["iterations=4"], tmp_path)
+    t = train(IMAGES + ["loop.iterations=4"], tmp_path)
     grid = torch.from_numpy(np.array(Image.open(tmp_path / "images" / "samples_averaged" / "00000004.png")))
     _, averaged = generate(t.G, fixed_noise(64, t.nz, 0 + 7, torch.device("cpu"), torch.float32))
     size = averaged.shape[-1]
@@ -81,18 +81,18 @@ def test_logged_sample_grid_has_the_generators_pixel_values(tmp_path):
 
 
 def test_image_run_samples_per_node_and_averaged(tmp_path):
-    train(IMAGES + ["iterations=4"], tmp_path)
+    train(IMAGES + ["loop.iterations=4"], tmp_path)
     names = sorted(p.name for p in (tmp_path / "samples").iterdir())
     assert names == ["iter_000004_avg.png", "iter_000004_node00.png", "iter_000004_node01.png",
                      "iter_000004_node02.png"]
 
 
-@pytest.mark.parametrize("overrides", [TOY, IMAGES, TOY + ["n_critic=2", "optimizer=dp_oadam"]],
+@pytest.mark.parametrize("overrides", [TOY, IMAGES, TOY + ["loop.n_critic=2", "optimizer=dp_oadam"]],
                          ids=["toy", "images", "alternating"])
 def test_resume_is_bit_identical(tmp_path, overrides):
-    full = train(overrides + ["iterations=8"], tmp_path / "full")
-    train(overrides + ["iterations=5"], tmp_path / "cut")
-    resumed = train(overrides + ["iterations=8", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
+    full = train(overrides + ["loop.iterations=8"], tmp_path / "full")
+    train(overrides + ["loop.iterations=5"], tmp_path / "cut")
+    resumed = train(overrides + ["loop.iterations=8", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
     assert resumed.run_dir == tmp_path / "cut"
     for a, b in ((full.G, resumed.G), (full.D, resumed.D)):
         for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
@@ -114,11 +114,11 @@ def test_cuda_run_resumes_to_the_same_point(tmp_path, restore_cuda_flags):
     """On CUDA (cuDNN autotuning off) a resumed image run ends where an uninterrupted one does;
     the checkpoint holds the CUDA generator states."""
     cuda = [o for o in IMAGES if o != "device=cpu"] + ["device=cuda", "cuda.cudnn_benchmark=false"]
-    full = train(cuda + ["iterations=6"], tmp_path / "full")
+    full = train(cuda + ["loop.iterations=6"], tmp_path / "full")
     assert next(full.G.parameters()).is_cuda
-    train(cuda + ["iterations=3"], tmp_path / "cut")
+    train(cuda + ["loop.iterations=3"], tmp_path / "cut")
     assert load(checkpoint_path(tmp_path / "cut"))["rng"]["cuda"]
-    resumed = train(cuda + ["iterations=6", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
+    resumed = train(cuda + ["loop.iterations=6", f"resume={tmp_path / 'cut'}"], tmp_path / "ignored")
     for a, b in ((full.G, resumed.G), (full.D, resumed.D)):
         for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
             torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
@@ -137,7 +137,7 @@ def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, m
 
     monkeypatch.setattr(trainer_mod, "wgan_gp_step", poisoned)
     with pytest.raises(TrainingDiverged, match=r"node 2 at iteration 5; last good checkpoint: .*last.pt"):
-        train(TOY + ["iterations=8"], tmp_path)
+        train(TOY + ["loop.iterations=8"], tmp_path)
     last = read_jsonl(tmp_path / "metrics.jsonl")[-1]
     assert last["status"] == "diverged" and last["node"] == 2 and last["iteration"] == 5
     ckpt = load(checkpoint_path(tmp_path))
@@ -147,7 +147,7 @@ def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, m
 
 @pytest.mark.parametrize("args, start", [
     (["dataset=imagenet"], "error: dataset=imagenet: unknown dataset; allowed: celeba, cifar10"),
-    (["batch_size=0"], "error: batch_size=0: must be an integer >= 1"),
+    (["loop.batch_size=0"], "error: loop.batch_size=0: must be an integer >= 1"),
     (["nodes=0"], "error: nodes=0: must be an integer >= 1"),
     (["dataset=fake", "dataset.image_size=64"], "error: dataset.image_size=64: model.arch=dcgan32 makes 32x32"),
     (["dataset=mnist", "dataset.root=/nonexistent"], "error: dataset.root=/nonexistent"),
@@ -187,7 +187,7 @@ def test_set_cuda_flags(restore_cuda_flags, tf32, bench):
 
 @pytest.mark.slow
 def test_command_line_sweep(tmp_path):
-    r = cli("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-4,5e-5", "seed=0,1", *TOY, "iterations=2",
+    r = cli("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-4,5e-5", "seed=0,1", *TOY, "loop.iterations=2",
             f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
     assert r.returncode == 0, r.stderr
     runs = sorted(tmp_path.glob("*/metrics.jsonl"))
@@ -205,7 +205,7 @@ def test_wandb_offline_logger_read_back(tmp_path):
         (tmp_path / var).mkdir()
         env[var] = str(tmp_path / var)
     run_dir = tmp_path / "run"
-    r = cli(*TOY, "iterations=4", "logger=wandb", "logger.mode=offline", f"hydra.run.dir={run_dir}", env=env)
+    r = cli(*TOY, "loop.iterations=4", "logger=wandb", "logger.mode=offline", f"hydra.run.dir={run_dir}", env=env)
     assert r.returncode == 0, r.stderr
     assert len(read_jsonl(run_dir / "metrics.jsonl")) == 3   # local records never depend on wandb
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
@@ -228,9 +228,9 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
     """scripts/gpu_benchmarks.sh end to end at tiny sizes on the CPU (its real run is on a GPU)."""
     env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", ITERATIONS="4",
                BENCH_ARGS="--nodes 2 --width 0.0625 --batch 2 --iters 3 --warmup 1",
-               TRAIN_ARGS="model.width=0.03125 batch_size=2 log_every=2 dataset.length=64",
+               TRAIN_ARGS="model.width=0.03125 loop.batch_size=2 loop.log_every=2 dataset.length=64",
                DIST_RANKS="1 2", DIST_ARGS="--nodes 3 --floats 100 --mixes 2",
-               DIST_TRAIN_ARGS="model.width=0.03125 batch_size=2 dataset.length=64")
+               DIST_TRAIN_ARGS="model.width=0.03125 loop.batch_size=2 dataset.length=64")
     r = subprocess.run(["bash", "scripts/gpu_benchmarks.sh", str(tmp_path)], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -244,13 +244,13 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
 
 
 def test_bf16_autocast_trains_on_the_cpu_and_differs_only_by_rounding(tmp_path):
-    """autocast=bf16: the gradient evaluation (penalty's double backward included) runs in bf16,
+    """loop.autocast=bf16: the gradient evaluation (penalty's double backward included) runs in bf16,
     parameters and optimizer state stay float32; losses stay finite and close to float32's."""
-    image = ["dataset=fake", "model=dcgan32", "model.width=0.0625", "nodes=2", "batch_size=4", "iterations=6",
-             "progress=false", "log_every=3", "metrics.every=0", "sample_every=6", "checkpoint_every=6"]
+    image = ["dataset=fake", "model=dcgan32", "model.width=0.0625", "nodes=2", "loop.batch_size=4", "loop.iterations=6",
+             "loop.progress=false", "loop.log_every=3", "metrics.every=0", "loop.sample_every=6", "loop.checkpoint_every=6"]
     runs = {}
     for cast in ("null", "bf16"):
-        t = train(image + [f"autocast={cast}"], tmp_path / cast)
+        t = train(image + [f"loop.autocast={cast}"], tmp_path / cast)
         recs = read_jsonl(tmp_path / cast / "metrics.jsonl")
         assert recs[-1]["status"] == "finished"
         assert all(p.dtype == torch.float32 for p in t.G.parameters())
@@ -260,6 +260,6 @@ def test_bf16_autocast_trains_on_the_cpu_and_differs_only_by_rounding(tmp_path):
         assert math.isfinite(b["loss_d"]) and math.isfinite(b["gp"])
         assert abs(a["loss_d"] - b["loss_d"]) < 0.1 * max(1.0, abs(a["loss_d"]))    # bf16 rounding, not another run
     with pytest.raises(ConfigError, match="autocast.*dtype=float32"):
-        train_settings(config(image + ["autocast=bf16", "dtype=float64"]))
+        train_settings(config(image + ["loop.autocast=bf16", "dtype=float64"]))
     with pytest.raises(ConfigError, match="autocast"):
-        train_settings(config(image + ["autocast=fp8"]))
+        train_settings(config(image + ["loop.autocast=fp8"]))

@@ -150,26 +150,25 @@ def build_nets(arch: str, channels: int = 3, width: float = 1.0, nz: int | None 
     ``"default"`` (PyTorch's; default for the MLP). Uses the global torch RNG.
     """
     if arch not in ARCHS:
-        raise ConfigError("model.arch", arch, f"must be one of {', '.join(ARCHS)}")
+        raise ConfigError("arch", arch, f"must be one of {', '.join(ARCHS)}")
     makes = image_size_of(arch)
     if image_size is not None and makes is not None and int(image_size) != makes:
         other = [a for a in ARCHS if image_size_of(a) == int(image_size)]
-        hint = f"; use model.arch={other[0]}" if other else ""
-        raise ConfigError("dataset.image_size", image_size,
-                          f"model.arch={arch} makes {makes}x{makes} images{hint}")
+        hint = f"; use arch={other[0]}" if other else ""
+        raise ConfigError("image_size", image_size, f"arch={arch} makes {makes}x{makes} images{hint}")
     if not (isinstance(width, (int, float)) and width > 0):
-        raise ConfigError("model.width", width, "must be a number > 0")
+        raise ConfigError("width", width, "must be a number > 0")
     nz = DEFAULT_NZ[arch] if nz is None else nz
     if int(nz) != nz or nz < 1:
-        raise ConfigError("model.nz", nz, "must be an integer >= 1")
+        raise ConfigError("nz", nz, "must be an integer >= 1")
     if makes is not None and (int(channels) != channels or channels < 1):
-        raise ConfigError("model.channels", channels, "must be an integer >= 1")
+        raise ConfigError("channels", channels, "must be an integer >= 1")
     if arch == "mlp":
-        check_int("model.hidden", hidden, 1)
-        check_int("model.data_dim", data_dim, 1)
+        check_int("hidden", hidden, 1)
+        check_int("data_dim", data_dim, 1)
     init = ("default" if arch == "mlp" else "dcgan") if init is None else init
     if init not in INITS:
-        raise ConfigError("model.init", init, f"must be one of {', '.join(INITS)}")
+        raise ConfigError("init", init, f"must be one of {', '.join(INITS)}")
 
     if arch == "mlp":
         h = scaled_channels(hidden, width)

@@ -45,7 +45,7 @@ from dadam3.log_rewind import LoggingGrid
 from dadam3.mixing import Mixer
 from dadam3.optim import step_together
 from dadam3.run_logging import progress
-from dadam3.settings import LoopSettings
+from dadam3.schema import LoopSettings
 from dadam3.signals import Interrupted, StopSignals
 
 NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights

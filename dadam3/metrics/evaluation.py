@@ -81,7 +81,7 @@ def image_scores(G: nn.Module, iteration: int, draws: Draws, samples: int, spec:
 
 def evaluation_hook(dataset, metrics, draws: Draws) -> Callable[[nn.Module, int], dict] | None:
     """The trainer's ``evaluate(G, iteration)`` for ``dataset`` under ``metrics``
-    (:class:`dadam3.settings.MetricsSettings`); the feature extractor's weights are resolved
+    (:class:`dadam3.schema.runs.Metrics`); the feature extractor's weights are resolved
     here, before any training, so a missing file stops the run at once."""
     if not metrics.every:
         return None

@@ -8,13 +8,10 @@ all optimizers in lock step and mixes their buffers with one call.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
-
-if TYPE_CHECKING:
-    from dadam3.optim.base import NodeOptimizer
-
+from torch.optim import Optimizer as NodeOptimizer      # a dadam3.optim.base.NodeOptimizer: its _rounds, mixer, k
 
 class MixRound:
     """One gossip round of a step: ``outs <- W_k^t tensors`` (a plain copy without a mixer)."""
@@ -24,7 +21,7 @@ class MixRound:
 
 
 @torch.no_grad()
-def step_together(optimizers: Sequence["NodeOptimizer"]) -> None:
+def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
     """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
     mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
     message per neighbour for all players. Same results as stepping them one by one.
@@ -38,12 +35,12 @@ def step_together(optimizers: Sequence["NodeOptimizer"]) -> None:
 
 
 @torch.no_grad()
-def start_together(optimizers: Sequence["NodeOptimizer"]) -> None:
+def start_together(optimizers: Sequence[NodeOptimizer]) -> None:
     """``start()`` of several optimizers sharing a mixer, with one exchange for all of them."""
     _together(list(optimizers), lambda opt: opt._start_rounds())
 
 
-def _together(optimizers: list["NodeOptimizer"], rounds_of: Callable[["NodeOptimizer"], Iterator["MixRound"]]) -> None:
+def _together(optimizers: list[NodeOptimizer], rounds_of: Callable[[NodeOptimizer], Iterator["MixRound"]]) -> None:
     """Run the optimizers' gossip-round generators side by side, one mixer call per round."""
     first = optimizers[0]
     if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):

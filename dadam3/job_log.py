@@ -1,0 +1,60 @@
+"""A run's own records beside its metrics: the job log (``train.log``) and Hydra's provenance
+(``.hydra/``), both written only once the run holds its directory."""
+from __future__ import annotations
+
+import logging
+import logging.handlers
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+JOB_LOG = "train.log"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
+
+
+class JobLog:
+    """The job log (``train.log``) in the run directory, written only once the run holds it: log
+    records of the checks are kept in memory and written when :meth:`attach` is called (a
+    refused run writes no log into another run's directory). Hydra's own file handler is off
+    (``hydra/job_logging: console``)."""
+
+    def __init__(self):
+        self.buffer = logging.handlers.MemoryHandler(capacity=1 << 20, flushLevel=logging.CRITICAL + 1)
+        self.file: logging.Handler | None = None
+
+    def __enter__(self) -> "JobLog":
+        logging.getLogger().addHandler(self.buffer)
+        return self
+
+    def attach(self, path: Path) -> None:
+        self.file = logging.FileHandler(path)
+        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        for record in self.buffer.buffer:
+            self.file.handle(record)
+        self.buffer.buffer.clear()
+        root.addHandler(self.file)
+
+    def __exit__(self, *exc) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        self.buffer.buffer.clear()
+        if self.file is not None:
+            root.removeHandler(self.file)
+            self.file.close()
+
+
+def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
+    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), written by the run
+    once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra writes
+    none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the original."""
+    if not HydraConfig.initialized():
+        return
+    hc = HydraConfig.get()
+    out = run_dir / ".hydra" if resumed_at is None else run_dir / ".hydra" / f"resumed_{resumed_at:08d}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (out / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))))
+    (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))

@@ -1,0 +1,117 @@
+"""How a schema field is declared and checked: :func:`knob` and the generic walker.
+
+A field of a schema dataclass carries, beside its default, its check (one of the small
+callables below, built on :mod:`dadam3.errors`, so a bad value is today's one line
+``key=value: what is allowed``) and whether it may differ between a checkpoint and its
+resume. :func:`check_tree` applies every field's check (and a node's own ``cross_check``
+for rules between its fields), then freezes the node: the checked objects are the settings.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
+from typing import Any, Callable, ClassVar
+
+from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
+
+Check = Callable[[str, Any], Any]
+
+
+def knob(default: Any = MISSING, check: Check | None = None, *, resume: bool = False,
+         factory: Callable[[], Any] | None = None) -> Any:
+    """A schema field: its default (or ``factory``), its ``check`` (None: its type is the check,
+    or a builder checks it) and whether it may change on resume."""
+    meta = {"check": check, "resume": resume}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Int:
+    """An integer in ``[low, high]`` (``none``: null allowed too)."""
+    low: int | None = None
+    high: int | None = None
+    none: bool = False
+
+    def __call__(self, key: str, value: Any) -> int | None:
+        return None if value is None and self.none else check_int(key, value, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Num:
+    """A finite number in an interval (closed below, open above, unless stated)."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = True
+
+    def __call__(self, key: str, value: Any) -> float:
+        return check_range(key, value, self.low, self.high, self.low_open, self.high_open)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``allowed`` (``none``: null allowed too)."""
+    allowed: tuple[str, ...]
+    none: bool = False
+
+    def __call__(self, key: str, value: Any) -> str | None:
+        if value is None and self.none:
+            return None
+        if self.none and value not in self.allowed:
+            raise ConfigError(key, value, f"unknown value; allowed: null, {', '.join(self.allowed)}")
+        return check_choice(key, value, self.allowed)
+
+
+def boolean(key: str, value: Any) -> bool:
+    """YAML true or false (0/1 and strings such as ``yes`` are refused)."""
+    return check_bool(key, value)
+
+
+def text(key: str, value: Any) -> str | None:
+    """A string or null (a path, a name; a number is read as its digits, as OmegaConf does)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(key, value, "must be a string")
+    return value
+
+
+class Node:
+    """Base of every schema dataclass: mutable while OmegaConf builds it and :func:`check_tree`
+    checks it, frozen afterwards (assigning a field raises)."""
+
+    _frozen: ClassVar[bool] = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._frozen:
+            raise FrozenInstanceError(f"cannot assign {name}: checked settings are frozen")
+        object.__setattr__(self, name, value)
+
+    def cross_check(self, prefix: str) -> None:
+        """Rules between this node's fields (after each field's own check)."""
+
+
+def check_tree(node: Node, prefix: str = "") -> Node:
+    """Check every field of ``node`` and its sub-nodes (keys named ``prefix + field``),
+    replace each value by its checked form, run the nodes' cross checks, then freeze."""
+    for f in fields(node):
+        value = getattr(node, f.name)
+        if is_dataclass(value):
+            check_tree(value, f"{prefix}{f.name}.")
+        elif f.metadata.get("check") is not None:
+            object.__setattr__(node, f.name, f.metadata["check"](f"{prefix}{f.name}", value))
+    node.cross_check(prefix)
+    object.__setattr__(node, "_frozen", True)
+    return node
+
+
+def schema_field(cls: type, name: str):
+    """The dataclass field ``name`` of schema class ``cls`` (None if it has none)."""
+    return next((f for f in fields(cls) if f.name == name), None)
+
+
+def did_you_mean(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean {close[0]}?" if close else ""

@@ -1,0 +1,190 @@
+"""The schemas of the chosen-option groups: ``dataset``, ``model``, ``topology``, ``logger``.
+
+Each option's YAML file (``configs/<group>/<option>.yaml``) names its schema node in its
+``defaults:`` list (``schema_<kind>``, registered in Hydra's ConfigStore by
+:func:`dadam3.schema.register`) and sets only what tells the option apart (its name). A
+key its schema lacks means nothing for that option and is refused. The fields beyond the
+common ones are the builder's own options (``options``), handed to :func:`build_dataset`,
+:func:`build_nets` or :func:`build_topology`, which check them for their direct callers too.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping, Optional
+
+from dadam3.data.partition import PARTITIONS
+from dadam3.errors import ConfigError
+from dadam3.run_logging import WANDB_MODES
+from dadam3.schema.fields import Choice, Int, Node, Num, boolean, knob, text
+
+SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
+DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
+
+
+class Option(Node):
+    """A group option: ``options`` are its fields beyond :attr:`COMMON` (its builder's own)."""
+
+    COMMON: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return MappingProxyType({f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.COMMON})
+
+
+# ---------------------------------------------------------------- dataset
+
+class Dataset(Option):
+    """What every data set has; images from files add ``root``, ``download``, ``image_size``."""
+
+    COMMON = ("name", "root", "download", "image_size", "partition", "alpha")
+    root: ClassVar[Optional[str]] = None          # no files
+    download: ClassVar[bool] = False
+    image_size: ClassVar[Optional[int]] = None
+    alpha: ClassVar[Optional[float]] = None       # only with partition=dirichlet
+
+    @property
+    def is_images(self) -> bool:
+        return self.name != "gaussians"
+
+    def cross_check(self, prefix: str) -> None:
+        if self.partition != "dirichlet" and "alpha" in {f.name for f in fields(self)} and self.alpha != 0.5:
+            raise ConfigError(f"{prefix}alpha", self.alpha, f"only used with {prefix}partition=dirichlet "
+                                                             f"(partition={self.partition})")
+
+
+@dataclass
+class Images(Dataset):
+    """A torchvision data set read from ``root`` (mnist, cifar10, cifar100)."""
+    name: str = knob(check=text)
+    root: Optional[str] = knob(DATA_ROOT, text, resume=True)
+    download: bool = knob(False, boolean, resume=True)       # torchvision's downloader (needs internet)
+    image_size: Optional[int] = knob(None, Int(1, none=True))   # null: the paper's (32 or 64)
+    partition: str = knob("iid", Choice(PARTITIONS))          # iid (the paper) | split | dirichlet
+    alpha: float = knob(0.5, Num(0.0, None, low_open=True))   # dirichlet concentration
+
+
+@dataclass
+class DecodedImages(Images):
+    """Image folders decoded on the fly (celeba, imagenette)."""
+    workers: int = knob(4, Int(1), resume=True)               # decode threads
+
+
+@dataclass
+class FashionMNIST(Images):
+    """Fashion-MNIST: $DADAM3_DATA, else the Debian package's directory; a split to train on."""
+    root: Optional[str] = knob("${oc.env:DADAM3_DATA,/usr/share/datasets/fashion-mnist}", text, resume=True)
+    split: str = knob("train", Choice(("train", "test")))
+
+
+@dataclass
+class FakeImages(Dataset):
+    """Generated images, no files (smoke and speed runs)."""
+    name: str = knob(check=text)
+    image_size: Optional[int] = knob(32, Int(1, none=True))
+    channels: int = knob(3, Int(1))
+    length: int = knob(50000, Int(1))
+    partition: str = knob("iid", Choice(PARTITIONS))
+    alpha: float = knob(0.5, Num(0.0, None, low_open=True))
+
+
+@dataclass
+class Gaussians(Dataset):
+    """The 2-D ring of Gaussians (Metz et al. 2017): an endless source, every node draws from all."""
+    name: str = knob(check=text)
+    modes: int = knob(8, Int(1))
+    radius: float = knob(2.0, Num(0.0, None, low_open=True))
+    std: float = knob(0.02, Num(0.0, None, low_open=True))
+    partition: str = knob("iid", Choice(("iid",)))
+
+
+# ---------------------------------------------------------------- model
+
+class Model(Option):
+    COMMON = ("arch",)
+
+
+@dataclass
+class DCGAN(Model):
+    """The paper's DCGAN pairs (dcgan32: Tables 2-3; dcgan64: Tables 4-5)."""
+    arch: str = knob(check=text)
+    width: float = knob(1.0, Num(0.0, None, low_open=True))   # channel multiplier (tests use small widths)
+    nz: int = knob(100, Int(1))
+    init: Optional[str] = knob(None, Choice(("dcgan", "default"), none=True))   # null: dcgan
+    bias_before_norm: bool = knob(False, boolean)
+    instance_norm_affine: bool = knob(True, boolean)
+
+
+@dataclass
+class MLP(Model):
+    """A small ReLU MLP pair for 2-D data."""
+    arch: str = knob(check=text)
+    hidden: int = knob(128, Int(1))
+    nz: int = knob(8, Int(1))
+    width: float = knob(1.0, Num(0.0, None, low_open=True))   # multiplies hidden
+    data_dim: int = knob(2, Int(1))
+    init: Optional[str] = knob(None, Choice(("dcgan", "default"), none=True))   # null: default
+
+
+# ---------------------------------------------------------------- topology
+
+@dataclass
+class Topology(Option):
+    """A fixed graph named by ``name`` (ring, star, complete, exponential, one_peer_exponential)."""
+    COMMON = ("name", "rounds")
+    name: str = knob(check=text)
+    rounds: int = knob(1, Int(1))            # gossip rounds per mixing: the operator is W^t
+
+
+@dataclass
+class Torus(Topology):
+    rows: Optional[Any] = knob(None)         # null: the most square factorisation; build_topology checks it against nodes
+
+
+@dataclass
+class ErdosRenyi(Topology):
+    p: float = knob(0.5, Num(0.0, 1.0, low_open=True, high_open=False))
+    seed: int = knob(0, Int(0, SEED_MAX))
+
+
+@dataclass
+class Explicit(Topology):
+    """A user-given W: ``matrix=[[...],[...]]`` or ``file=W.npy|.csv|.txt``."""
+    matrix: Optional[Any] = knob(None)
+    file: Optional[str] = knob(None, text)
+    require_symmetric: bool = knob(True, boolean)             # the paper's theory assumes an undirected graph
+
+
+# ---------------------------------------------------------------- logger
+
+@dataclass
+class Jsonl(Option):
+    """metrics.jsonl and sample PNGs in the run directory."""
+    kind: str = knob(check=text, resume=True)
+
+
+@dataclass
+class Wandb(Option):
+    """The same records to W&B too (local files are always written)."""
+    kind: str = knob(check=text, resume=True)
+    mode: Optional[str] = knob(None, Choice(WANDB_MODES, none=True), resume=True)   # null: $WANDB_MODE, else online
+    project: str = knob("dadam3", text, resume=True)
+    group: Optional[str] = knob("${dataset.name}-M${nodes}-${topology.name}", text, resume=True)
+    job_type: Optional[str] = knob("${optimizer.name}", text, resume=True)
+    name: Optional[str] = knob(None, text, resume=True)
+
+    def cross_check(self, prefix: str) -> None:
+        if self.mode is None:                     # the config, else the environment
+            self.mode = Choice(WANDB_MODES)(f"{prefix}mode", os.environ.get("WANDB_MODE") or "online")
+
+
+# group -> (the key naming the option, {schema node name: class}); the YAML files name the nodes
+GROUPS: dict[str, tuple[str, dict[str, type]]] = {
+    "dataset": ("name", {"schema_images": Images, "schema_decoded_images": DecodedImages,
+                         "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages, "schema_gaussians": Gaussians}),
+    "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP}),
+    "topology": ("name", {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
+                          "schema_explicit": Explicit}),
+    "logger": ("kind", {"schema_jsonl": Jsonl, "schema_wandb": Wandb}),
+}

@@ -1,0 +1,200 @@
+"""The schemas of the two entry points: ``configs/train.yaml`` (:class:`TrainConfig`) and
+``configs/synthetic.yaml`` (:class:`SyntheticConfig`), with their fixed sub-nodes.
+
+Checked by :func:`dadam3.schema.train_settings` / :func:`~dadam3.schema.synthetic_settings`,
+these objects are the runs' settings: typed, frozen, read by the entry points only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, ClassVar, Mapping, Optional
+
+import torch
+from omegaconf import MISSING
+
+from dadam3.errors import ConfigError
+from dadam3.games.synthetic import SyntheticGame
+from dadam3.metrics.spec import FEATURE_EXTRACTORS
+from dadam3.optim import optimizer_spec
+from dadam3.schema.fields import Choice, Int, Node, Num, boolean, knob, text
+from dadam3.schema.groups import SEED_MAX
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+TIMEOUT_MAX_S = 365 * 86400.0
+THREADS_MAX = 1024
+IS_SPLITS = 10                            # the inception score's splits: at least this many samples
+
+
+def resolve_device(name: Any) -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:N``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ConfigError("device", name, "allowed: auto, cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", name, "allowed: auto, cpu, cuda, cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "CUDA is not available on this machine; use device=cpu or auto")
+    return device
+
+
+def device_name(key: str, value: Any) -> str:
+    resolve_device(value)
+    return value
+
+
+@dataclass(frozen=True)
+class OptimizerChoice:
+    """The ``optimizer`` group, checked: its name and every hyper-parameter (the algorithm
+    class's ``HPARAMS`` are the schema: defaults and intervals; see :mod:`dadam3.optim`)."""
+    name: str
+    hparams: Mapping[str, float]
+
+    @classmethod
+    def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
+        o = dict(mapping)
+        name = o.pop("name")
+        hparams = optimizer_spec(name).check_hparams(o)
+        if "eps" in hparams and not hparams["eps"] > 0:
+            raise ConfigError("optimizer.eps", hparams["eps"], "must be > 0: the first step divides a zero "
+                                                                "gradient by sqrt(0) + eps")
+        return cls(name, MappingProxyType(hparams))
+
+
+@dataclass
+class Distributed(Node):
+    """backend=distributed only."""
+    backend: str = knob("auto", Choice(("auto", "gloo", "nccl")), resume=True)   # auto: nccl on CUDA, else gloo
+    # a rank that died or hangs makes the others stop with one line after this long
+    timeout_s: float = knob(300.0, Num(0.0, TIMEOUT_MAX_S, low_open=True, high_open=False), resume=True)
+
+
+@dataclass
+class Cuda(Node):
+    """Applied only when the run is on a CUDA device."""
+    tf32: bool = knob(True, boolean, resume=True)             # float32 convs/matmuls on TF32 (gossip stays fp32)
+    cudnn_benchmark: bool = knob(True, boolean, resume=True)  # cuDNN times its algorithms once per shape
+    compile_step: bool = knob(True, boolean, resume=True)     # the optimizer update fused (torch.compile)
+    channels_last: bool = knob(False, boolean, resume=True)   # NHWC convolutions
+
+
+@dataclass
+class Metrics(Node):
+    """What an evaluation computes and how often (torch-fidelity)."""
+    every: int = knob(1000, Int(0), resume=True)              # evaluation period (0: never)
+    samples: int = knob(5000, Int(1), resume=True)            # per node and for the averaged model
+    batch_size: int = knob(250, Int(1), resume=True)
+    inception: bool = knob(False, boolean, resume=True)       # inception score (IS)
+    fid: bool = knob(False, boolean, resume=True)             # against the data set's training images
+    kid: bool = knob(False, boolean, resume=True)
+    feature_extractor: str = knob("inception", Choice(tuple(FEATURE_EXTRACTORS)), resume=True)
+    inception_weights: Optional[str] = knob(None, text, resume=True)   # torch-fidelity's .pth file
+    download_weights: bool = knob(True, boolean, resume=True)
+    per_node: bool = knob(True, boolean, resume=True)         # every node as well as the averaged model
+    cache_dir: Optional[str] = knob(None, text, resume=True)  # null: $DADAM3_CACHE or ~/.cache/dadam3
+
+    @property
+    def any_image_metric(self) -> bool:
+        return self.inception or self.fid or self.kid
+
+
+@dataclass
+class LoopSettings(Node):
+    """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`),
+    plus the run's ``seed`` and evaluation period (``metrics.every``), bound when checked."""
+    iterations: int = knob(30000, Int(1), resume=True)        # Table 6
+    batch_size: int = knob(64, Int(1))                        # per node (Table 6)
+    n_critic: int = knob(1, Int(1), resume=True)              # 1: the paper's simultaneous game
+    gp_lambda: float = knob(10.0, Num(0.0), resume=True)      # WGAN-GP penalty weight
+    log_every: int = knob(50, Int(1), resume=True)
+    sample_every: int = knob(1000, Int(1), resume=True)
+    checkpoint_every: int = knob(1000, Int(0), resume=True)   # 0: only at the end
+    progress: bool = knob(True, boolean, resume=True)         # tqdm bar with it/s and ETA
+    # null: float32 (TF32 on CUDA) | bf16: forward/backward under torch.autocast (state and gossip stay fp32)
+    autocast: Optional[str] = knob(None, Choice(("bf16",), none=True), resume=True)
+    seed: ClassVar[int] = 0
+    eval_every: ClassVar[int] = 0
+
+
+@dataclass
+class TrainConfig(Node):
+    """``python -m dadam3.train``; ``config`` is the resolved config (stored in checkpoints)."""
+    nodes: int = knob(5, Int(1))                              # M node copies
+    backend: str = knob("local", Choice(("local", "distributed")), resume=True)   # distributed: under torchrun
+    distributed: Distributed = knob(factory=Distributed)
+    seed: int = knob(0, Int(0, SEED_MAX))
+    device: str = knob("auto", device_name, resume=True)      # auto | cpu | cuda | cuda:N
+    dtype: str = knob("float32", Choice(tuple(DTYPES)))
+    threads: Optional[int] = knob(None, Int(1, THREADS_MAX, none=True), resume=True)   # null: torch's default
+    prefetch: bool = knob(False, boolean, resume=True)        # the next batch in a background thread
+    resume: Optional[str] = knob(None, text, resume=True)     # a checkpoint file or a run directory
+    overwrite: bool = knob(False, boolean, resume=True)       # a fresh run may delete another run's files
+    loop: LoopSettings = knob(factory=LoopSettings)
+    cuda: Cuda = knob(factory=Cuda)
+    metrics: Metrics = knob(factory=Metrics)
+    dataset: Any = knob(MISSING)                              # groups: their schemas in dadam3.schema.groups
+    model: Any = knob(MISSING)
+    optimizer: Any = knob(MISSING, resume=True)               # but optimizer.name
+    topology: Any = knob(MISSING)
+    logger: Any = knob(MISSING)
+    config: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+
+    @property
+    def torch_device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def cross_check(self, prefix: str) -> None:
+        data, arch = self.dataset, self.model.arch
+        if data.is_images and arch == "mlp":
+            raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
+        if not data.is_images and arch != "mlp":
+            raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
+        if self.backend == "local":
+            for f in fields(self.distributed):
+                if getattr(self.distributed, f.name) != f.default:
+                    raise ConfigError(f"distributed.{f.name}", getattr(self.distributed, f.name),
+                                      "only used with backend=distributed")
+        m = self.metrics
+        if data.is_images and m.every and m.any_image_metric and m.samples < IS_SPLITS:
+            raise ConfigError("metrics.samples", m.samples,
+                              f"must be >= {IS_SPLITS} for IS/FID/KID (the inception score's {IS_SPLITS} splits)")
+        if self.loop.autocast is not None and self.dtype != "float32":
+            raise ConfigError("loop.autocast", self.loop.autocast, f"needs dtype=float32 (dtype={self.dtype}); "
+                                                                   "use loop.autocast=null")
+        if self.resume == "":
+            self.resume = None
+        self.optimizer = OptimizerChoice.check(self.optimizer)
+        object.__setattr__(self.loop, "seed", self.seed)
+        object.__setattr__(self.loop, "eval_every", m.every)
+
+
+@dataclass
+class Game(Node):
+    """The synthetic game of Section 5.1 (:class:`~dadam3.games.synthetic.SyntheticGame` checks c and k)."""
+    c: float = knob(1010.0)
+    k: float = knob(0.01)
+
+    def cross_check(self, prefix: str) -> None:
+        SyntheticGame(self.c, self.k)
+
+
+@dataclass
+class SyntheticConfig(Node):
+    """``python -m dadam3.synthetic``."""
+    nodes: int = knob(5, Int(1))
+    iterations: int = knob(10_000_000, Int(1))
+    seed: int = knob(0, Int(0, SEED_MAX))
+    backend: str = knob("kernel", Choice(("kernel", "torch")))   # kernel: compiled, proven equal to torch
+    game: Game = knob(factory=Game)
+    optimizer: Any = knob(MISSING)
+    topology: Any = knob(MISSING)
+
+    def cross_check(self, prefix: str) -> None:
+        self.optimizer = OptimizerChoice.check(self.optimizer)

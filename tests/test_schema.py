@@ -1,0 +1,131 @@
+"""dadam3.schema: every preset and group option composes and checks; unknown and meaningless
+keys are one line; each field's resume flag; each default in one place."""
+from dataclasses import FrozenInstanceError, fields, is_dataclass
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from dadam3.config import CONFIG_DIR, group_choices
+from dadam3.errors import ConfigError
+from dadam3.checkpoint.contents import CHECKPOINT_KIND
+from dadam3.run_dir import check_run_dir
+from dadam3.schema import (SyntheticConfig, TrainConfig, compose, may_change_on_resume, synthetic_settings,
+                           train_settings)
+from dadam3.schema.groups import GROUPS
+
+from trainer_runs import cli
+
+MODEL_FOR = {"gaussians": "mlp", "celeba": "dcgan64", "imagenette": "dcgan64"}
+
+
+def settings(*overrides):
+    return train_settings(compose("train", ["device=cpu", *overrides]))
+
+
+@pytest.mark.parametrize("preset", group_choices("experiment"))
+def test_every_experiment_preset_composes_and_checks(preset):
+    s = settings(f"experiment={preset}", "device=cpu")
+    assert s.loop.iterations >= 1 and s.optimizer.name == "dadam3"
+
+
+@pytest.mark.parametrize("group, option", [(g, o) for g in ("dataset", "model", "topology", "logger", "optimizer",
+                                                            "loop") for o in group_choices(g)])
+def test_every_group_option_composes_and_checks(group, option):
+    extra = {"dataset": [f"model={MODEL_FOR.get(option, 'dcgan32')}"], "model": ["dataset=gaussians"] * (option == "mlp"),
+             "optimizer": ["nodes=1"] * (option == "adam3")}.get(group, [])
+    s = settings(f"{group}={option}", *extra)
+    node = getattr(s, group)
+    if group in GROUPS:
+        assert type(node) in GROUPS[group][1].values() and getattr(node, GROUPS[group][0]) == option
+
+
+@pytest.mark.parametrize("option", group_choices("optimizer"))
+def test_every_optimizer_composes_for_the_synthetic_game(option):
+    s = synthetic_settings(compose("synthetic", [f"optimizer={option}", "game.c=10"]))
+    assert s.optimizer.name == option and s.game.c == 10.0
+    if "beta2" in s.optimizer.hparams and option not in ("dosg", "cosg", "dsgd", "oadagrad"):
+        assert s.optimizer.hparams["beta2"] == pytest.approx(1 / 101)      # Section 5.1: 1/(1+c^2)
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["+batchsize=2"], "batchsize=2: unknown key; did you mean loop.batch_size?"),
+    (["iterations=5"], "iterations=5: unknown key; did you mean loop.iterations?"),
+    (["loop.iteratons=5"], "loop.iteratons=5: unknown key; did you mean iterations?"),
+    (["+cuda.tf33=true"], "cuda.tf33=True: unknown key; did you mean tf32?"),
+    (["+nodes.x=1"], "nodes.x=1: unknown key (nodes is a value)"),
+    (["dataset.workers=2"], "dataset.workers=2: means nothing for dataset=cifar10 (its keys: name, root, download, "
+                            "image_size, partition, alpha)"),
+    (["dataset=celeba,cifar10", "dataset.workers=2"], "dataset.workers=2: means nothing for dataset=cifar10"),
+    (["+logger.project=x"], "logger.project=x: means nothing for logger=jsonl (its keys: kind)"),
+    (["+optimizer.beta3=0.1", "optimizer=dosg"], "optimizer.beta3=0.1: not an option of optimizer=dosg"),
+    (["loop.log_every=0"], "loop.log_every=0: must be an integer >= 1"),
+    (["loop.autocast=fp8"], "loop.autocast=fp8: unknown value; allowed: null, bf16"),
+    (["optimizer.lr=1e-3,-1"], "optimizer.lr=-1: must be in"),
+])
+def test_a_key_the_schema_refuses_is_one_line(overrides, line):
+    with pytest.raises(ConfigError) as e:
+        compose("train", overrides)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value), str(e.value)
+
+
+def test_the_command_line_refuses_an_unknown_key_before_anything_is_written(tmp_path):
+    r = cli("+batchsize=2", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: batchsize=2: unknown key; did you mean loop.batch_size?"], r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_values_from_yaml_are_checked_too_and_settings_are_frozen():
+    cfg = compose("train", ["experiment=toy_gaussians"])
+    bad = cfg.copy()
+    OmegaConf.update(bad, "loop.log_every", 0)
+    with pytest.raises(ConfigError, match=r"^loop.log_every=0: must be an integer >= 1$"):
+        train_settings(bad)
+    s = train_settings(cfg)
+    with pytest.raises(FrozenInstanceError):
+        s.loop.iterations = 5
+    assert (s.loop.seed, s.loop.eval_every) == (s.seed, s.metrics.every)
+    assert s.torch_dtype == torch.float32 and s.config["loop"]["iterations"] == s.loop.iterations
+
+
+def _leaves(cls, prefix=""):
+    for f in fields(cls):
+        if is_dataclass(f.default_factory):
+            yield from _leaves(f.default_factory, f"{prefix}{f.name}.")
+        elif f.default != "???":                # not a group (OmegaConf's MISSING: chosen in the defaults list)
+            yield f"{prefix}{f.name}", f.metadata["resume"]
+
+
+def test_each_fields_resume_flag_is_what_may_change_on_resume_reads():
+    for key, flag in _leaves(TrainConfig):
+        assert may_change_on_resume(key) is flag, key
+    for group, (_, options) in GROUPS.items():
+        for cls in options.values():
+            for f in fields(cls):
+                assert may_change_on_resume(f"{group}.{f.name}") is f.metadata["resume"], (group, f.name)
+    assert [may_change_on_resume(k) for k in ("loop.iterations", "loop.batch_size", "optimizer.lr", "optimizer.name",
+                                             "dataset.root", "model.width", "nodes", "iterations", "loop.nope")] == \
+        [True, False, True, False, True, False, False, False, False]
+
+
+def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
+    config = OmegaConf.to_container(compose("train", ["experiment=toy_gaussians"]), resolve=True)
+    old = {k: v for k, v in config.items() if k != "loop"} | config["loop"]
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"kind": CHECKPOINT_KIND, "config": old, "iteration": 3}, tmp_path / "checkpoints" / "last.pt")
+    with pytest.raises(ConfigError, match=r"a checkpoint of an older version \(top-level iterations"):
+        check_run_dir(tmp_path / "x", str(tmp_path), config)
+
+
+def test_no_yaml_repeats_a_default_of_its_schema():
+    for group, (_, options) in GROUPS.items():
+        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+            yaml = OmegaConf.to_container(OmegaConf.load(path))
+            (schema,) = [d for d in yaml.pop("defaults") if d != "_self_"]
+            defaults = {f.name: f.default for f in fields(options[schema])}
+            assert set(yaml) <= set(defaults), path
+            assert not [k for k, v in yaml.items() if v == defaults[k]], path
+    for name, cls in (("train", TrainConfig), ("synthetic", SyntheticConfig)):
+        assert set(OmegaConf.load(CONFIG_DIR / f"{name}.yaml")) == {"defaults", "hydra"}
+    assert set(OmegaConf.load(CONFIG_DIR / "loop" / "default.yaml")) == {"defaults"}
