@@ -102,7 +102,8 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
     evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))  # checks weights
     full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
-    run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G)
+    run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G,
+                     seed=s.seed)
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run, NullLogger(), evaluate=evaluate)
     if rd.checkpoint is not None:
         _load_checkpoint(trainer, rd.checkpoint, s.resume)

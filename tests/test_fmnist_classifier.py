@@ -247,7 +247,7 @@ def test_evaluation_hook_scores_every_node_and_the_averaged_model(tmp_path) -> N
     G = t.G
     for p in G.parameters():          # nodes that differ, so the averaged model is a third one
         p.data.add_(0.1 * torch.randn_like(p))
-    rec = t.evaluate(G, 1)
+    rec = t.evaluate.score(G, 1)
     spec = FidelitySpec(batch_size=s.metrics.batch_size, feature_extractor=FMNIST, isc=True, fid=True,
                         cache_root=tmp_path / "cache")
     nz = G.in_shape[0]

@@ -85,7 +85,6 @@ def test_values_from_yaml_are_checked_too_and_settings_are_frozen():
     s = train_settings(cfg)
     with pytest.raises(FrozenInstanceError):
         s.loop.iterations = 5
-    assert (s.loop.seed, s.loop.eval_every) == (s.seed, s.metrics.every)
     assert s.torch_dtype == torch.float32 and s.config["loop"]["iterations"] == s.loop.iterations
 
 

@@ -42,6 +42,7 @@ from dadam3.gan.records import LoggingWindow, bytes_record, consensus_record, ga
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.log_rewind import LoggingGrid
+from dadam3.metrics.evaluation import Evaluation
 from dadam3.mixing import Mixer
 from dadam3.optim import step_together
 from dadam3.run_logging import progress
@@ -71,6 +72,7 @@ class RunContext:
     config: dict | None = None            # the resolved run config, stored in checkpoints
     lock: Any = None                      # the run directory (dadam3.run_dir.RunDir), released at the end
     full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
+    seed: int = 0                         # the run's seed: the nodes' noise streams
 
 
 @dataclass
@@ -85,13 +87,13 @@ class WGANTrainer:
     """Trains node-stacked G, D with two node optimizers (one per player) sharing one mixer.
 
     ``logger`` is a :mod:`dadam3.run_logging` logger; ``sample(G, iteration)`` and
-    ``evaluate(G, iteration) -> dict`` are hooks the entry point provides
+    ``evaluate`` (its period and ``score(G, iteration) -> dict``) are hooks the entry point provides
     (:func:`dadam3.gan.samples.sample_hook`, :func:`dadam3.metrics.evaluation.evaluation_hook`).
     """
 
     def __init__(self, G: StackedNet, D: StackedNet, opt_g, opt_d, sampler, settings: LoopSettings, run: RunContext,
                  logger, sample: Callable[[StackedNet, int], None] | None = None,
-                 evaluate: Callable[[StackedNet, int], dict] | None = None):
+                 evaluate: Evaluation | None = None):
         self.G, self.D, self.opt_g, self.opt_d, self.sampler, self.s = G, D, opt_g, opt_d, sampler, settings
         self.run, self.logger, self.sample, self.evaluate = run, logger, sample, evaluate
         self.run_dir, self.placement, self.config = Path(run.run_dir), run.placement, run.config
@@ -100,7 +102,7 @@ class WGANTrainer:
         # every node draws its noise z and interpolation weights eps from its own stream, seeded
         # from (seed, node index), so results do not depend on how nodes are spread over processes
         self.node_ids = list(self.placement.block)
-        self.noise = [noise_generator(self.device, node_seed(settings.seed, i, NOISE_STREAM)) for i in self.node_ids]
+        self.noise = [noise_generator(self.device, node_seed(run.seed, i, NOISE_STREAM)) for i in self.node_ids]
         self.finite = FinitenessWatch(self.node_ids, self.placement)
         self.state = TrainState()
         self._start = time.perf_counter()
@@ -175,7 +177,7 @@ class WGANTrainer:
             k = st.iteration
             st.window.add(out)
             last = k == s.iterations
-            do_eval = self._evaluating and (k % s.eval_every == 0 or last)
+            do_eval = self.evaluate is not None and (k % self.evaluate.every == 0 or last)
             do_log = self.grid.on_grid(k) or last or do_eval
             do_sample = self.sample is not None and (k % s.sample_every == 0 or last)
             do_save = bool(s.checkpoint_every and k % s.checkpoint_every == 0) or last or bool(signum)
@@ -194,13 +196,9 @@ class WGANTrainer:
                 self._interrupted(signum)
 
     @property
-    def _evaluating(self) -> bool:
-        return bool(self.s.eval_every) and self.evaluate is not None
-
-    @property
     def grid(self) -> LoggingGrid:
         """The iterations every run passing them logs at (stored in checkpoints: dadam3.log_rewind)."""
-        return LoggingGrid(self.s.log_every, self.s.eval_every if self._evaluating else 0)
+        return LoggingGrid(self.s.log_every, self.evaluate.every if self.evaluate is not None else 0)
 
     def _log(self, k: int, evaluate: bool, bar) -> None:
         """The record of iteration k. An off-grid record (last iteration, evaluation) leaves the
@@ -214,7 +212,7 @@ class WGANTrainer:
         if evaluate:
             G = self._gathered_G()
             if pl.is_main:
-                rec.update(self.evaluate(G, k))
+                rec.update(self.evaluate.score(G, k))
         self.logger.log(rec, step=k)
         bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
 

@@ -6,13 +6,14 @@
   classifier), per node (the paper reports the node average) and of the node-averaged
   model; FID/KID against the data set's training images, whose statistics are cached.
 
-:func:`evaluation_hook` binds these into the trainer's ``evaluate(G, iteration) -> dict``
-hook (or None when nothing is to be evaluated). What is drawn from the generator comes from
+:func:`evaluation_hook` binds these into the trainer's :class:`Evaluation` hook: the
+period and ``score(G, iteration) -> dict`` (or None when nothing is to be evaluated). What is drawn from the generator comes from
 the layer above through ``draws`` (:class:`dadam3.gan.samples.GeneratorDraws`): this module
 scores samples and never imports the GAN code.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -33,6 +34,14 @@ class Draws(Protocol):
 
     def samplers(self, G: nn.Module, per_node: bool) -> ContextManager[tuple[list[Sampler], Sampler]]:
         """In eval mode: a sampler per node (none unless ``per_node``) and one of the averaged model."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the trainer evaluates: ``score(G, iteration) -> dict`` every ``every`` iterations
+    (and at the last)."""
+    every: int
+    score: Callable[[nn.Module, int], dict]
 
 
 def mode_coverage(G: nn.Module, iteration: int, draw: Callable[[nn.Module], tuple[Tensor, Tensor]],
@@ -79,14 +88,15 @@ def image_scores(G: nn.Module, iteration: int, draws: Draws, samples: int, spec:
     return rec
 
 
-def evaluation_hook(dataset, metrics, draws: Draws) -> Callable[[nn.Module, int], dict] | None:
-    """The trainer's ``evaluate(G, iteration)`` for ``dataset`` under ``metrics``
+def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
+    """The trainer's evaluation for ``dataset`` under ``metrics``
     (:class:`dadam3.schema.runs.Metrics`); the feature extractor's weights are resolved
     here, before any training, so a missing file stops the run at once."""
     if not metrics.every:
         return None
     if len(dataset.shape) != 3:
-        return partial(mode_coverage, draw=draws.fixed(metrics.samples), centers=dataset.centers, std=dataset.std)
+        return Evaluation(metrics.every, partial(mode_coverage, draw=draws.fixed(metrics.samples),
+                                                 centers=dataset.centers, std=dataset.std))
     if not metrics.any_image_metric:
         return None
     from dadam3.metrics.fidelity import resolve_feature_extractor_weights
@@ -101,5 +111,6 @@ def evaluation_hook(dataset, metrics, draws: Draws) -> Callable[[nn.Module, int]
         reference = dataset            # the training images; preloaded ones are cached by a hash of their pixels
         if not isinstance(dataset, TensorImages):
             cache_name = f"dadam3-{dataset.name}-train-{len(dataset)}x{'x'.join(map(str, dataset.shape))}"
-    return partial(image_scores, draws=draws, samples=metrics.samples, spec=spec, reference=reference,
-                   reference_cache_name=cache_name, per_node=metrics.per_node)
+    return Evaluation(metrics.every, partial(image_scores, draws=draws, samples=metrics.samples, spec=spec,
+                                             reference=reference, reference_cache_name=cache_name,
+                                             per_node=metrics.per_node))

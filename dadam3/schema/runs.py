@@ -103,8 +103,7 @@ class Metrics(Node):
 
 @dataclass
 class LoopSettings(Node):
-    """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`),
-    plus the run's ``seed`` and evaluation period (``metrics.every``), bound when checked."""
+    """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`)."""
     iterations: int = knob(30000, Int(1), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
     n_critic: int = knob(1, Int(1), resume=True)              # 1: the paper's simultaneous game
@@ -115,8 +114,6 @@ class LoopSettings(Node):
     progress: bool = knob(True, boolean, resume=True)         # tqdm bar with it/s and ETA
     # null: float32 (TF32 on CUDA) | bf16: forward/backward under torch.autocast (state and gossip stay fp32)
     autocast: Optional[str] = knob(None, Choice(("bf16",), none=True), resume=True)
-    seed: ClassVar[int] = 0
-    eval_every: ClassVar[int] = 0
 
 
 @dataclass
@@ -171,8 +168,6 @@ class TrainConfig(Node):
         if self.resume == "":
             self.resume = None
         self.optimizer = OptimizerChoice.check(self.optimizer)
-        object.__setattr__(self.loop, "seed", self.seed)
-        object.__setattr__(self.loop, "eval_every", m.every)
 
 
 @dataclass
