@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, check_int
 
 TOLERANCE = 1e-6
 TOPOLOGIES = ("ring", "complete", "torus", "star", "exponential", "erdos_renyi",
@@ -38,7 +38,7 @@ def ring(M: int) -> np.ndarray:
     M = 1 is the single node (W = [1]); M = 2 has one neighbour each, so each node
     averages itself and its neighbour with weight 1/2; M = 3 is the complete graph.
     """
-    _check_nodes(M)
+    check_nodes(M)
     if M == 1:
         return np.ones((1, 1))
     if M == 2:
@@ -53,7 +53,7 @@ def ring(M: int) -> np.ndarray:
 
 def complete(M: int) -> np.ndarray:
     """W = 11^T / M: one mixing round is exact averaging (the centralized variants)."""
-    _check_nodes(M)
+    check_nodes(M)
     return np.full((M, M), 1.0 / M)
 
 
@@ -77,7 +77,7 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
 
     ``rows=None`` picks the most square factorisation of M.
     """
-    _check_nodes(M)
+    check_nodes(M)
     if rows is None:
         rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
         if rows == 1 and M > 3:
@@ -100,7 +100,7 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
 
 def star(M: int) -> np.ndarray:
     """Star with node 0 as hub, Metropolis-Hastings weights (hub-leaf weight 1/M)."""
-    _check_nodes(M)
+    check_nodes(M)
     A = np.zeros((M, M))
     A[0, 1:] = A[1:, 0] = 1.0
     return metropolis_hastings(A)
@@ -109,7 +109,7 @@ def star(M: int) -> np.ndarray:
 def exponential(M: int) -> np.ndarray:
     """Static exponential graph: i linked to i +- 2^k (mod M) for 2^k < M, made undirected,
     Metropolis-Hastings weights (so W is symmetric, as the paper's theory assumes)."""
-    _check_nodes(M)
+    check_nodes(M)
     A = np.zeros((M, M))
     hop = 1
     while hop < M:
@@ -121,7 +121,7 @@ def exponential(M: int) -> np.ndarray:
 
 def erdos_renyi(M: int, p: float, seed: int = 0, max_tries: int = 1000) -> np.ndarray:
     """G(M, p) with Metropolis-Hastings weights, redrawn (seeded) until connected."""
-    _check_nodes(M)
+    check_nodes(M)
     if not 0.0 < float(p) <= 1.0:
         raise ConfigError("topology.p", p, "edge probability must be in (0, 1]")
     rng = np.random.default_rng(seed)
@@ -171,7 +171,7 @@ def one_peer_exponential(M: int, k: int) -> np.ndarray:
     stochastic but not symmetric; for M a power of two the product over one period
     is exact averaging.
     """
-    _check_nodes(M)
+    check_nodes(M)
     if M == 1:
         return np.ones((1, 1))
     tau = max(1, math.ceil(math.log2(M)))
@@ -271,7 +271,7 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
                    p: float = 0.5, seed: int = 0, matrix=None, file: str | None = None,
                    require_symmetric: bool = True) -> Topology:
     """Build and validate a :class:`Topology` from config values (``topology.*`` keys)."""
-    _check_nodes(nodes)
+    check_nodes(nodes)
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError("topology.rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
     rounds = int(rounds)
@@ -307,9 +307,9 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
 
 
 # --------------------------------------------------------------------------- helpers
-def _check_nodes(M) -> None:
-    if int(M) != M or M < 1:
-        raise ConfigError("nodes", M, "must be an integer >= 1")
+def check_nodes(M) -> int:
+    """M as an int: the number of nodes of a topology, a node layout or a sampler (>= 1)."""
+    return check_int("nodes", M, 1)
 
 
 def _connected(A: np.ndarray) -> bool:

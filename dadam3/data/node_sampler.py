@@ -30,6 +30,7 @@ from torch import Tensor
 
 from dadam3.errors import ConfigError, check_choice, check_int, check_range
 from dadam3.data.partition import PARTITIONS, dirichlet_shards, split_shards
+from dadam3.topology import check_nodes
 
 STATE_FORMAT = "dadam3.NodeSampler/1"
 
@@ -67,7 +68,7 @@ class NodeSampler:
     def __init__(self, dataset: Any, nodes: int, batch_size: int, partition: str = "iid",
                  alpha: float = 0.5, seed: int = 0, device: torch.device | str = "cpu",
                  prefetch: bool = False, node_ids: Sequence[int] | None = None):
-        self.total_nodes = check_int("nodes", nodes, 1)
+        self.total_nodes = check_nodes(nodes)
         self.node_ids = list(range(self.total_nodes)) if node_ids is None else [int(i) for i in node_ids]
         self.nodes = len(self.node_ids)
         self.batch_size = check_int("batch_size", batch_size, 1)

@@ -29,9 +29,20 @@ import re
 import sys
 from typing import Any, Callable, Sequence, TypeVar
 
+from dadam3.errors import check_range
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TIMEOUT_S = 300.0
+TIMEOUT_MAX_S = 365 * 86400.0          # a year: datetime.timedelta and the watchdog's timer stay in range
+
+
+def check_timeout(key: str, value) -> float:
+    """A per-round and start-up deadline in seconds: in (0, TIMEOUT_MAX_S] (the schema's check of
+    ``distributed.timeout_s``, and the mixer's and start-up's of their ``timeout_s``)."""
+    return check_range(key, value, 0.0, TIMEOUT_MAX_S, low_open=True, high_open=False)
+
+
 EXIT_PEER_FAILURE = 3
 
 

@@ -58,9 +58,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, first_line
+from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, first_line
 from dadam3.distributed.placement import node_blocks
-from dadam3.errors import check_range
 from dadam3.mixing import Mixer, ieee_fp32_matmul
 from dadam3.topology import Topology
 
@@ -97,7 +96,7 @@ class DistributedMixer(Mixer):
         self.blocks = node_blocks(self.nodes, self.world_size)
         self.block = self.blocks[self.rank]
         self.local_nodes = len(self.block)
-        self.timeout_s = check_range("distributed.timeout_s", timeout_s, 0.0, None, low_open=True)
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         self.wire_bytes = 0
         self._owner = np.repeat(np.arange(self.world_size), [len(b) for b in self.blocks])
         self._plans: dict[int, _RoundPlan] = {}

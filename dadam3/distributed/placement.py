@@ -14,18 +14,15 @@ import torch.distributed as dist
 
 from dadam3.distributed.failures import DistributedTimeout, first_line
 from dadam3.distributed.startup import ProcessGroupInfo
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, check_int
+from dadam3.topology import check_nodes
 
 
 def node_blocks(M: int, R: int) -> list[range]:
     """Contiguous node blocks of R ranks over M nodes; the first M mod R hold one more.
 
     node_blocks(5, 2) = [range(0, 3), range(3, 5)]."""
-    if int(M) != M or M < 1:
-        raise ConfigError("nodes", M, "must be an integer >= 1")
-    if int(R) != R or R < 1:
-        raise ConfigError("world_size", R, "must be an integer >= 1")
-    M, R = int(M), int(R)
+    M, R = check_nodes(M), check_int("world_size", R, 1)
     if R > M:
         raise ConfigError("world_size", R, f"at most nodes={M} ranks: every rank holds at least one node")
     q, extra = divmod(M, R)

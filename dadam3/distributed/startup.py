@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 
 from dadam3.config import flatten
-from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, exit_now, first_line
-from dadam3.errors import ConfigError, check_range
+from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
+from dadam3.errors import ConfigError
 
 WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)
 # keys every rank may set for itself (its machine's paths and threads): left out of the fingerprint
@@ -78,7 +78,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     (see the module docstring); a group that does not form in that time raises
     :class:`DistributedTimeout`. Already initialised: describes the existing group.
     """
-    timeout_s = check_range("distributed.timeout_s", timeout_s, 0.0, None, low_open=True)
+    timeout_s = check_timeout("timeout_s", timeout_s)
     if backend not in ("auto", "gloo", "nccl"):
         raise ConfigError("distributed.backend", backend, "allowed: auto, gloo, nccl")
     if "RANK" not in os.environ:

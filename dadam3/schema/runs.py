@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Mapping, Optional
 import torch
 from omegaconf import MISSING
 
+from dadam3.distributed.failures import check_timeout
 from dadam3.errors import ConfigError
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.metrics.spec import FEATURE_EXTRACTORS
@@ -21,7 +22,6 @@ from dadam3.schema.fields import Choice, Int, Node, Num, boolean, knob, text
 from dadam3.schema.groups import SEED_MAX
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-TIMEOUT_MAX_S = 365 * 86400.0
 THREADS_MAX = 1024
 IS_SPLITS = 10                            # the inception score's splits: at least this many samples
 
@@ -69,7 +69,7 @@ class Distributed(Node):
     """backend=distributed only."""
     backend: str = knob("auto", Choice(("auto", "gloo", "nccl")), resume=True)   # auto: nccl on CUDA, else gloo
     # a rank that died or hangs makes the others stop with one line after this long
-    timeout_s: float = knob(300.0, Num(0.0, TIMEOUT_MAX_S, low_open=True, high_open=False), resume=True)
+    timeout_s: float = knob(300.0, check_timeout, resume=True)
 
 
 @dataclass
