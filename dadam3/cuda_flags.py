@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors import check_bool
 
 
-def check_cuda_flags(tf32, cudnn_benchmark, key: str = "cuda") -> None:
-    """Both settings must be booleans (checked on every device, so a CPU run catches typos too)."""
+def set_cuda_flags(tf32: bool, cudnn_benchmark: bool) -> str:
+    """Set torch's TF32 flags (matmul and cuDNN convolution) and ``cudnn.benchmark`` (both
+    booleans); returns a one-line description of what is now set."""
     for name, value in (("tf32", tf32), ("cudnn_benchmark", cudnn_benchmark)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key}.{name}", value, "must be true or false")
-
-
-def set_cuda_flags(tf32: bool, cudnn_benchmark: bool, key: str = "cuda") -> str:
-    """Set torch's TF32 flags (matmul and cuDNN convolution) and ``cudnn.benchmark``;
-    returns a one-line description of what is now set."""
-    check_cuda_flags(tf32, cudnn_benchmark, key)
+        check_bool(name, value)
     precision = "tf32" if tf32 else "ieee"
     be = torch.backends
     be.cuda.matmul.fp32_precision = precision

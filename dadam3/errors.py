@@ -1,9 +1,12 @@
 """User-facing errors and the checks that raise them.
 
-Every bad input is reported as ONE line that names the config key, the value
-that was given and what is allowed, e.g.::
+Every bad input is reported as ONE line that names the key, the value that was given
+and what is allowed, e.g.::
 
     optimizer.beta1=1.5: must be in [0, 1)
+
+A library function names its own argument (``beta1=1.5``); an entry point calls it within
+:func:`named_as`, which says the same error in the config's keys.
 
 Every check of a config value lives here (:func:`check_range`, :func:`check_int`,
 :func:`check_choice`, :func:`check_bool`). Runs that stop for a reason the user must
@@ -14,13 +17,15 @@ for a typo or a divergence.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import numbers
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +42,29 @@ class ConfigError(ValueError):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}" if not isinstance(value, str)
                          else f"{key}={value}: {allowed}")
+
+    def renamed(self, names: Mapping[str, str]) -> "ConfigError":
+        """The same error with every key of ``names`` said as its value: the error's key, and
+        each ``key=`` in it and in ``allowed`` (``rows=`` -> ``topology.rows=``)."""
+        def said(text: str) -> str:
+            return _ASSIGNED.sub(lambda m: f"{names.get(m[1], m[1])}=", text)
+        error = ConfigError(names.get(self.key, said(self.key)), self.value, said(self.allowed))
+        error.echo = self.echo
+        return error
+
+
+_ASSIGNED = re.compile(r"(?<![\w.])(\w+)=")   # a key in "key=value", not already dotted
+
+
+@contextlib.contextmanager
+def named_as(names: Mapping[str, str]) -> Iterator[None]:
+    """Within it, a :class:`ConfigError` naming a callee's argument is raised again in its
+    caller's names (:meth:`ConfigError.renamed`): how an entry point says a library
+    function's error (``p=0``) in its config keys (``topology.p=0``)."""
+    try:
+        yield
+    except ConfigError as e:
+        raise e.renamed(names) from None
 
 
 def check_range(key: str, value: float, low: float | None = None, high: float | None = None,

@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.errors import exit_on_config_error
+from dadam3.errors import exit_on_config_error, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.schema import check_overrides, synthetic_settings
@@ -45,7 +45,7 @@ def run(cfg: DictConfig, out_dir: Path) -> None:
     o, t = s.optimizer, s.topology
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with StopSignals() as stop:
+        with StopSignals() as stop, named_as(t.keys("topology.")):
             result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
                                    seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
                                    backend=s.backend, stop=lambda: stop.signum is not None)

@@ -81,10 +81,10 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
     if rows is None:
         rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
         if rows == 1 and M > 3:
-            raise ConfigError("topology", "torus", f"nodes={M} has no factorisation r x c with r, c >= 2: the "
-                                                   "torus would be a ring; use topology=ring or another nodes")
+            raise ConfigError("name", "torus", f"nodes={M} has no factorisation r x c with r, c >= 2: the "
+                                               "torus would be a ring; use name=ring or another nodes")
     if isinstance(rows, bool) or int(rows) != rows or not 1 <= rows <= M or M % int(rows):
-        raise ConfigError("topology.rows", rows, f"must be an integer divisor of nodes={M}")
+        raise ConfigError("rows", rows, f"must be an integer divisor of nodes={M}")
     rows = int(rows)
     cols = M // rows
     A = np.zeros((M, M))
@@ -123,41 +123,40 @@ def erdos_renyi(M: int, p: float, seed: int = 0, max_tries: int = 1000) -> np.nd
     """G(M, p) with Metropolis-Hastings weights, redrawn (seeded) until connected."""
     check_nodes(M)
     if not 0.0 < float(p) <= 1.0:
-        raise ConfigError("topology.p", p, "edge probability must be in (0, 1]")
+        raise ConfigError("p", p, "edge probability must be in (0, 1]")
     rng = np.random.default_rng(seed)
     for _ in range(max_tries):
         upper = np.triu(rng.random((M, M)) < p, k=1)
         A = (upper | upper.T).astype(float)
         if _connected(A):
             return metropolis_hastings(A)
-    raise ConfigError("topology.p", p, f"no connected G({M}, p) in {max_tries} draws; raise p")
+    raise ConfigError("p", p, f"no connected G({M}, p) in {max_tries} draws; raise p")
 
 
 def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None = None) -> np.ndarray:
-    """A user-given W: inline (``topology.matrix``) or from a .npy / .csv / .txt file
-    (``topology.file``; whitespace- or comma-separated rows)."""
+    """A user-given W: inline (``matrix``, a list of rows) or from a .npy / .csv / .txt
+    ``file`` (whitespace- or comma-separated rows)."""
     if (matrix is None) == (file is None):
-        raise ConfigError("topology.matrix", matrix,
-                          "give exactly one of topology.matrix (list of rows) or topology.file")
+        raise ConfigError("matrix", matrix, "give exactly one of matrix= (a list of rows) or file=")
     if file is not None:
         path = Path(file)
         if not path.is_file():
-            raise ConfigError("topology.file", file, "no such file (.npy, .csv or .txt matrix)")
+            raise ConfigError("file", file, "no such file (.npy, .csv or .txt matrix)")
         try:
             if path.suffix == ".npy":
                 W = np.asarray(np.load(path, allow_pickle=False), dtype=float)
             else:
                 W = np.loadtxt(path.read_text().replace(",", " ").splitlines(), ndmin=2)
         except (ValueError, OSError, UnicodeDecodeError, EOFError) as e:
-            raise ConfigError("topology.file", file, f"not a numeric matrix (.npy, or .csv/.txt rows of "
-                                                     f"numbers): {' '.join(str(e).split())[:200]}") from None
-        key = "topology.file"
+            raise ConfigError("file", file, f"not a numeric matrix (.npy, or .csv/.txt rows of "
+                                            f"numbers): {' '.join(str(e).split())[:200]}") from None
+        key = "file"
     else:
         try:
             W = np.asarray(matrix, dtype=float)
         except (TypeError, ValueError):
-            raise ConfigError("topology.matrix", matrix, "must be a list of numeric rows") from None
-        key = "topology.matrix"
+            raise ConfigError("matrix", matrix, "must be a list of numeric rows") from None
+        key = "matrix"
     if W.ndim != 2:
         raise ConfigError(key, f"array of shape {W.shape}", "must be a 2-D square matrix")
     return W.astype(float)
@@ -189,7 +188,7 @@ def spectral_gap_rho(W: np.ndarray) -> float:
     return float(np.linalg.norm(W - np.full((M, M), 1.0 / M), ord=2))
 
 
-def validate(W: np.ndarray, key: str = "topology", symmetric: bool = True,
+def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
              require_connected: bool = True, tol: float = TOLERANCE) -> None:
     """Raise a one-line :class:`ConfigError` unless W is a valid mixing matrix:
     square, finite, non-negative, rows and columns summing to 1 (within ``tol``),
@@ -214,7 +213,7 @@ def validate(W: np.ndarray, key: str = "topology", symmetric: bool = True,
     if symmetric and np.max(np.abs(W - W.T)) > tol:
         raise ConfigError(key, "non-symmetric matrix",
                           "must be symmetric (undirected graph, Assumption D); "
-                          "set topology.require_symmetric=false to allow it")
+                          "set require_symmetric=false to allow it")
     if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
         raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}",
                           "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
@@ -270,19 +269,19 @@ class Topology:
 def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None = None,
                    p: float = 0.5, seed: int = 0, matrix=None, file: str | None = None,
                    require_symmetric: bool = True) -> Topology:
-    """Build and validate a :class:`Topology` from config values (``topology.*`` keys)."""
+    """Build and validate a :class:`Topology` (a one-line ConfigError naming the argument)."""
     check_nodes(nodes)
     if int(rounds) != rounds or rounds < 1:
-        raise ConfigError("topology.rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
+        raise ConfigError("rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
     rounds = int(rounds)
     if name == "one_peer_exponential":
         period = max(1, math.ceil(math.log2(nodes))) if nodes > 1 else 1
         topo = Topology(name, nodes, rounds, schedule=lambda k: one_peer_exponential(nodes, k),
                         period=period)
         for r in range(period):
-            validate(topo.schedule(r), "topology", symmetric=False, require_connected=False)
+            validate(topo.schedule(r), f"name={name}", symmetric=False, require_connected=False)
         if nodes > 1 and topo.rho >= 1 - 1e-9:
-            raise ConfigError("topology", name, "product of one period is not connected")
+            raise ConfigError("name", name, "product of one period is not connected")
         return topo
     builders: dict[str, Callable[[], np.ndarray]] = {
         "ring": lambda: ring(nodes),
@@ -294,15 +293,15 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         "explicit": lambda: explicit(matrix, file),
     }
     if name not in builders:
-        raise ConfigError("topology", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
+        raise ConfigError("name", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
     W = builders[name]()
     if name == "explicit":
-        key = "topology.file" if file is not None else "topology.matrix"
+        key = "file" if file is not None else "matrix"
         if W.shape[0] != nodes:
             raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} (nodes={nodes})")
         validate(W, key, symmetric=require_symmetric)
     else:
-        validate(W, f"topology={name}")
+        validate(W, f"name={name}")
     return Topology(name, nodes, rounds, static_W=W)
 
 

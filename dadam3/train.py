@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from functools import partial
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
-from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error
+from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error, named_as
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
@@ -60,7 +59,8 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     _check_paths(s)
     placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
     if s.backend == "distributed":
-        info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
+        with named_as(s.distributed.keys("distributed.")):
+            info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
         agree_on_config(run_fingerprint(s.config), info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1, s.nodes)
@@ -69,11 +69,9 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
         log.info("CUDA: %s", set_cuda_flags(s.cuda.tf32, s.cuda.cudnn_benchmark))
     if s.threads is not None:
         torch.set_num_threads(s.threads)
-    o, t = s.optimizer, s.topology
-    mixer = on_every_rank(placement, lambda: mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer,
-                                                       **t.options))
+    mixer = on_every_rank(placement, lambda: _mixer(s, make_mixer))
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
-    trainer, dataset = on_every_rank(placement, lambda: _in_config_keys(_build, s, rd, placement, device, mixer))
+    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
     trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
     nz = trainer.nz
     trainer.sample = sample_hook(dataset, nz, s.seed, device, s.torch_dtype, rd.path / "samples", trainer.logger)
@@ -82,17 +80,28 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     return trainer
 
 
+def _mixer(s: TrainConfig, make_mixer):
+    """The optimizer's mixer over the configured topology (``mixer_for``'s errors in config keys)."""
+    o, t = s.optimizer, s.topology
+    with named_as({**t.keys("topology."), "name": "optimizer", "topology": "topology"}):
+        return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
+
+
 def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.device, mixer) -> tuple:
     """The trainer (logging nowhere yet) and its data set; a resume loads its checkpoint here,
-    so a checkpoint that does not fit is refused before the run directory is touched."""
+    so a checkpoint that does not fit is refused before the run directory is touched. Each
+    builder's errors name its arguments; they are said here in the config's keys."""
     o, d = s.optimizer, s.dataset
     torch.manual_seed(s.seed)
-    dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True, **d.options)
-    _check_shards(dataset, s)
-    sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
-                          seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
+    with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
+        dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True,
+                                **d.options)
+        _check_shards(dataset, s)
+        sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
+                              seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
     image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
-    G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
+    with named_as({**s.model.keys("model."), "channels": "dataset.channels", "image_size": "dataset.image_size"}):
+        G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
     G, D = G.to(device=device, dtype=s.torch_dtype), D.to(device=device, dtype=s.torch_dtype)
     if device.type == "cuda":
         G.use_channels_last(s.cuda.channels_last)
@@ -100,7 +109,8 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     fused = None if s.cuda.compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), mixer, compile=fused, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
-    evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))  # checks weights
+    with named_as(METRICS_KEYS):                # the weights are checked here
+        evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))
     full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
     run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G,
                      seed=s.seed)
@@ -114,22 +124,10 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     return trainer, dataset
 
 
-# build_nets' arguments -> the config keys that feed them
-NET_KEYS = {"arch": "model.arch", "width": "model.width", "nz": "model.nz", "hidden": "model.hidden",
-            "data_dim": "model.data_dim", "init": "model.init", "channels": "dataset.channels",
-            "image_size": "dataset.image_size"}
-
-
-def _in_config_keys(build, *args):
-    """``build(*args)``, a net builder's error (naming its own argument, ``arch=``) said in the
-    config's keys (``model.arch=``)."""
-    try:
-        return build(*args)
-    except ConfigError as e:
-        if e.key not in NET_KEYS:
-            raise
-        allowed = re.sub(r"\b(\w+)=", lambda m: f"{NET_KEYS.get(m[1], m[1])}=", e.allowed)
-        raise ConfigError(NET_KEYS[e.key], e.value, allowed) from None
+# the evaluation's library arguments -> the config keys that feed them
+METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path": "metrics.inception_weights",
+                "download": "metrics.download_weights", "num_samples": "metrics.samples",
+                "batch_size": "metrics.batch_size"}
 
 
 def _load_checkpoint(trainer: WGANTrainer, ckpt: dict, resume: str) -> None:

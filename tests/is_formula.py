@@ -26,7 +26,7 @@ def inception_score_from_probs(probs: Tensor, splits: int = 10) -> tuple[float, 
         raise ValueError(f"probs must be [N, K], got shape {tuple(probs.shape)}")
     n = probs.shape[0]
     if not 1 <= splits <= n:
-        raise ConfigError("metrics.is_splits", splits, f"must be in [1, {n}] (number of samples)")
+        raise ConfigError("splits", splits, f"must be in [1, {n}] (number of samples)")
     p = probs.detach().to(torch.float64)
     scores = []
     for i in range(splits):

@@ -161,7 +161,7 @@ def test_mnist_idx_files(tmp_path: Path, gz: bool) -> None:
 def test_mnist_missing_names_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="MNIST not found at .*MNIST/raw") as err:
         build_dataset("mnist", tmp_path / "nothing")
-    assert err.value.key == "dataset.root" and "dataset.download=true" in str(err.value)
+    assert err.value.key == "root" and "download=true" in str(err.value)
     assert "\n" not in str(err.value)
 
 
@@ -259,21 +259,21 @@ def test_celeba_plain_folder(tmp_path: Path) -> None:
 def test_celeba_missing_names_both_layouts(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="img_align_celeba.*list_eval_partition.txt") as err:
         build_dataset("celeba", tmp_path)
-    assert err.value.key == "dataset.root"
+    assert err.value.key == "root"
 
 
 # ----------------------------------------------------------------------------- builder errors
 @pytest.mark.parametrize("kwargs, key", [
-    (dict(name="imagenet"), "dataset.name"),
-    (dict(name="cifar10", image_size=64), "dataset.image_size"),
-    (dict(name="fake", image_size=4), "dataset.image_size"),
-    (dict(name="fake", image_size=32.0), "dataset.image_size"),
-    (dict(name="gaussians", image_size=32), "dataset.image_size"),
-    (dict(name="mnist", colour=True), "dataset.colour"),
-    (dict(name="fake", channels=0), "dataset.channels"),
-    (dict(name="gaussians", std=0.0), "dataset.std"),
-    (dict(name="celeba", split="dev"), "dataset.split"),
-    (dict(name="cifar10", root=None), "dataset.root"),
+    (dict(name="imagenet"), "name"),
+    (dict(name="cifar10", image_size=64), "image_size"),
+    (dict(name="fake", image_size=4), "image_size"),
+    (dict(name="fake", image_size=32.0), "image_size"),
+    (dict(name="gaussians", image_size=32), "image_size"),
+    (dict(name="mnist", colour=True), "colour"),
+    (dict(name="fake", channels=0), "channels"),
+    (dict(name="gaussians", std=0.0), "std"),
+    (dict(name="celeba", split="dev"), "split"),
+    (dict(name="cifar10", root=None), "root"),
 ])
 def test_build_dataset_rejects(tmp_path: Path, kwargs: dict, key: str) -> None:
     kwargs = {"root": tmp_path, **kwargs}
@@ -452,9 +452,9 @@ def test_sampler_state_from_other_settings_is_refused() -> None:
     (dict(nodes=0), "nodes"),
     (dict(nodes=2.5), "nodes"),
     (dict(batch_size=0), "batch_size"),
-    (dict(partition="shards"), "dataset.partition"),
-    (dict(partition="dirichlet", alpha=0.0), "dataset.alpha"),
-    (dict(partition="dirichlet", alpha=-1), "dataset.alpha"),
+    (dict(partition="shards"), "partition"),
+    (dict(partition="dirichlet", alpha=0.0), "alpha"),
+    (dict(partition="dirichlet", alpha=-1), "alpha"),
     (dict(partition="split", nodes=4, batch_size=31), "batch_size"),    # 120 / 4 = 30 per shard
     (dict(batch_size=121), "batch_size"),
 ])
@@ -469,10 +469,10 @@ def test_sampler_partition_needs_what_it_needs() -> None:
     unlabeled = TensorImages(torch.zeros(40, 1, 4, 4, dtype=torch.uint8), None, "unlabeled")
     with pytest.raises(ConfigError, match="needs class labels") as err:
         NodeSampler(unlabeled, nodes=2, batch_size=4, partition="dirichlet")
-    assert err.value.key == "dataset.partition"
+    assert err.value.key == "partition"
     with pytest.raises(ConfigError, match="infinite") as err:
         NodeSampler(GaussianRing(), nodes=2, batch_size=4, partition="split")
-    assert err.value.key == "dataset.partition"
+    assert err.value.key == "partition"
 
 
 def test_sampler_node_streams_do_not_depend_on_which_nodes_a_process_serves():

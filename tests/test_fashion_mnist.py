@@ -146,11 +146,15 @@ def test_missing_files_one_line_error_names_both_remedies(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as err:
         build_dataset("fashion_mnist", SUBSET, train=True)      # the subset has no training files
     msg = str(err.value)
-    assert err.value.key == "dataset.root" and "\n" not in msg
-    assert msg.startswith(f"dataset.root={SUBSET}: Fashion-MNIST not found")
+    assert err.value.key == "root" and "\n" not in msg
+    assert msg.startswith(f"root={SUBSET}: Fashion-MNIST not found")
     assert str(SUBSET / "FashionMNIST" / "raw") in msg and "train-images-idx3-ubyte" in msg
     assert "apt-get install dataset-fashion-mnist" in msg
-    assert "dataset.root=/usr/share/datasets/fashion-mnist" in msg and "dataset.download=true" in msg
+    assert "set root=/usr/share/datasets/fashion-mnist, or set download=true" in msg
+    # the train entry point says it in the config's keys
+    said = str(err.value.renamed({"root": "dataset.root", "download": "dataset.download"}))
+    assert said.startswith(f"dataset.root={SUBSET}: Fashion-MNIST not found")
+    assert "set dataset.root=/usr/share/datasets/fashion-mnist, or set dataset.download=true" in said
     # half a split is missing too
     shutil.copy(SUBSET / f"{FILES[0]}.gz", tmp_path)
     with pytest.raises(ConfigError, match="t10k-labels-idx1-ubyte"):
@@ -162,7 +166,7 @@ def test_corrupt_files_one_line_error(tmp_path: Path) -> None:
     (tmp_path / f"{FILES[0]}.gz").write_bytes(b"not gzip at all")
     with pytest.raises(ConfigError, match="cannot read the Fashion-MNIST idx files") as err:
         build_dataset("fashion_mnist", tmp_path, train=False)
-    assert err.value.key == "dataset.root" and "\n" not in str(err.value)
+    assert err.value.key == "root" and "\n" not in str(err.value)
     write_idx(tmp_path / f"{FILES[0]}.gz", np.zeros((999, 28, 28), np.uint8))   # count mismatch
     with pytest.raises(ConfigError, match="999, 28, 28.* 1000 labels"):
         build_dataset("fashion_mnist", tmp_path, train=False)

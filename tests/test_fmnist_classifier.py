@@ -103,15 +103,15 @@ def test_bad_weights_file_is_one_line_config_error(tmp_path, content) -> None:
     with pytest.raises(ConfigError) as e:
         fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, feature_extractor=FMNIST, weights=path))
     msg = str(e.value)
-    assert e.value.key == "metrics.feature_extractor_weights" and "\n" not in msg
-    assert msg.startswith(f"metrics.feature_extractor_weights={path}: ")
+    assert e.value.key == "weights_path" and "\n" not in msg
+    assert msg.startswith(f"weights_path={path}: ")
     assert ("not found" in msg) if content is None else (fc.WEIGHTS_SHA256 in msg)
     with pytest.raises(ConfigError):
         fc.FeatureExtractorFMNIST(FMNIST, ["logits"], feature_extractor_weights_path=str(path))
 
 
 def test_unknown_feature_extractor() -> None:
-    with pytest.raises(ConfigError, match=r"^metrics.feature_extractor=vgg: unknown feature extractor; allowed: "
+    with pytest.raises(ConfigError, match=r"^feature_extractor=vgg: unknown feature extractor; allowed: "
                                           r"inception-v3-compat, dadam3-fmnist-classifier$"):
         fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, feature_extractor="vgg"))
 
@@ -221,10 +221,10 @@ def test_default_cache_dir(monkeypatch, tmp_path) -> None:
 def test_metric_arg_checks_apply_to_fixed_images(subset) -> None:
     with pytest.raises(ConfigError) as e:
         fdl.image_fidelity_metrics(subset, FidelitySpec(batch_size=10, feature_extractor=FMNIST, splits=1001))
-    assert e.value.key == "metrics.is_splits"
+    assert e.value.key == "splits"
     with pytest.raises(ConfigError) as e:
         fdl.image_fidelity_metrics(subset, FidelitySpec(batch_size=10, feature_extractor=FMNIST, isc=False, kid=True))
-    assert e.value.key == "metrics.reference"
+    assert e.value.key == "reference"
     assert math.isfinite(fdl.image_fidelity_metrics(UInt8Images(to_uint8_rgb(torch.zeros(4, 1, 32, 32))),
                                                     FidelitySpec(batch_size=4, feature_extractor=FMNIST,
                                                                  splits=1))["is_mean"])

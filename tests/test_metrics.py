@@ -84,7 +84,7 @@ def test_is_agrees_with_torch_fidelity(n, k, splits):
 
 
 def test_is_bad_splits_is_config_error():
-    with pytest.raises(ConfigError, match=r"^metrics.is_splits=11: must be in \[1, 10\]"):
+    with pytest.raises(ConfigError, match=r"^splits=11: must be in \[1, 10\]"):
         is_formula.inception_score_from_probs(torch.full((10, 3), 1 / 3), splits=11)
 
 
@@ -132,10 +132,10 @@ def test_missing_weights_offline_download_is_one_line_config_error(empty_torch_h
     with pytest.raises(ConfigError) as e:
         fidelity_metrics(_never_called, num_samples=10, spec=FidelitySpec(batch_size=5), device="cpu")
     msg = str(e.value)
-    assert e.value.key == "metrics.inception_weights" and "\n" not in msg
-    assert msg.startswith("metrics.inception_weights=None: Inception weights not found")
+    assert e.value.key == "weights_path" and "\n" not in msg
+    assert msg.startswith("weights_path=None: Inception weights not found")
     assert inc.INCEPTION_WEIGHTS_URL in msg and inc.inception_weights_cache_path() in msg
-    assert "URLError" in msg and "metrics.inception_weights=PATH" in msg
+    assert "URLError" in msg and "weights_path=PATH" in msg
     assert not empty_torch_home.exists()  # nothing created, nothing left behind
 
 
@@ -149,7 +149,7 @@ def test_explicit_missing_weights_path(tmp_path):
     bad = tmp_path / "nope.pth"
     with pytest.raises(ConfigError) as e:
         fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, weights=str(bad)))
-    assert str(e.value).startswith(f"metrics.inception_weights={bad}: Inception weights not found")
+    assert str(e.value).startswith(f"weights_path={bad}: Inception weights not found")
     assert "\n" not in str(e.value)
 
 
@@ -161,10 +161,10 @@ def test_cached_weights_are_found_without_download(empty_torch_home, monkeypatch
     assert inc.resolve_inception_weights() == cached
 
 
-@pytest.mark.parametrize("kwargs,key", [({"num_samples": 0}, "metrics.num_samples"),
-                                        ({"batch_size": -1}, "metrics.batch_size"),
-                                        ({"splits": 20}, "metrics.is_splits"),
-                                        ({"fid": True}, "metrics.reference")])
+@pytest.mark.parametrize("kwargs,key", [({"num_samples": 0}, "num_samples"),
+                                        ({"batch_size": -1}, "batch_size"),
+                                        ({"splits": 20}, "splits"),
+                                        ({"fid": True}, "reference")])
 def test_bad_metric_config(kwargs, key):
     args = {"num_samples": 10, "batch_size": 5, **kwargs}
     num_samples = args.pop("num_samples")

@@ -14,6 +14,7 @@ from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
     mixer_for, optimizer_spec
+from dadam3.schema import OptimizerChoice
 from dadam3.topology import build_topology
 
 W2 = [[0.75, 0.25], [0.25, 0.75]]
@@ -223,29 +224,32 @@ def test_step_before_start_is_an_error_and_the_constructor_does_not_mix():
 
 
 @pytest.mark.parametrize("name, hp, match", [
-    ("dadam3", {"beta1": 1.0}, r"^optimizer.beta1=1.0: must be in \[0, 1\)$"),
-    ("dadam3", {"beta2": -0.1}, r"^optimizer.beta2=-0.1: must be in \[0, 1\)$"),
-    ("dadam3", {"beta3": 1.5}, r"^optimizer.beta3=1.5: must be in \[0, 1\)$"),
-    ("dosg", {"lr": 0.0}, r"^optimizer.lr=0.0: must be in \(0, inf\)$"),
-    ("dosg", {"lr": -1}, r"^optimizer.lr=-1: must be in \(0, inf\)$"),
-    ("dosg", {"beta1": 0.5}, r"^optimizer.beta1=0.5: not an option of optimizer=dosg; allowed: lr$"),
-    ("dadam3", {"lr": "fast"}, r"^optimizer.lr=fast: must be a number$"),
-    ("dadam3", {"lr": float("inf")}, r"^optimizer.lr=inf: must be a finite number$"),
+    ("dadam3", {"beta1": 1.0}, r"beta1=1.0: must be in \[0, 1\)$"),
+    ("dadam3", {"beta2": -0.1}, r"beta2=-0.1: must be in \[0, 1\)$"),
+    ("dadam3", {"beta3": 1.5}, r"beta3=1.5: must be in \[0, 1\)$"),
+    ("dosg", {"lr": 0.0}, r"lr=0.0: must be in \(0, inf\)$"),
+    ("dosg", {"lr": -1}, r"lr=-1: must be in \(0, inf\)$"),
+    ("dosg", {"beta1": 0.5}, r"beta1=0.5: not an option of name=dosg; allowed: lr$"),
+    ("dadam3", {"lr": "fast"}, r"lr=fast: must be a number$"),
+    ("dadam3", {"lr": float("inf")}, r"lr=inf: must be a finite number$"),
 ])
 def test_bad_hyper_parameters(name, hp, match):
-    with pytest.raises(ConfigError, match=match):
+    """The library names its arguments; the config's schema says the same in its keys."""
+    with pytest.raises(ConfigError, match="^" + match):
         optimizer_spec(name).check_hparams(hp)
-    with pytest.raises(ConfigError, match=match.replace("optimizer=dosg", "DOSG")):
+    with pytest.raises(ConfigError, match="^" + match.replace("name=dosg", "DOSG")):
         build_optimizer(name, [param([1.0])], None, **hp)
+    with pytest.raises(ConfigError, match="^optimizer." + match.replace("name=dosg", "optimizer=dosg")):
+        OptimizerChoice.check({"name": name, **hp})
 
 
 def test_constructors_check_their_ranges_like_torch_optim():
     # ConfigError is a ValueError, as torch.optim raises for a bad beta
-    with pytest.raises(ValueError, match=r"^optimizer.beta1=1.5: must be in \[0, 1\)$"):
+    with pytest.raises(ValueError, match=r"^beta1=1.5: must be in \[0, 1\)$"):
         Dadam3([param([1.0])], beta1=1.5)
-    with pytest.raises(ValueError, match=r"^optimizer.delta=0.0: must be in \(0, inf\)$"):
+    with pytest.raises(ValueError, match=r"^delta=0.0: must be in \(0, inf\)$"):
         OAdagrad([param([1.0])], delta=0.0)
-    with pytest.raises(ValueError, match=r"^optimizer.beta3=0.1: not an option of DPOAdam"):
+    with pytest.raises(ValueError, match=r"^beta3=0.1: not an option of DPOAdam"):
         DPOAdam([param([1.0])], beta3=0.1)
 
 
@@ -256,7 +260,13 @@ def test_registry_defaults_are_the_class_tables():
 
 
 def test_unknown_optimizer_and_single_node_rule():
-    with pytest.raises(ConfigError, match=r"^optimizer=adamw: unknown optimizer; allowed: adam3, dadam3"):
+    with pytest.raises(ConfigError, match=r"^name=adamw: unknown optimizer; allowed: adam3, dadam3"):
         build_optimizer("adamw", [param([1.0])], None)
-    with pytest.raises(ConfigError, match=r"^nodes=5: optimizer=adam3 is the single-node algorithm"):
+    with pytest.raises(ConfigError, match=r"^nodes=5: name=adam3 is the single-node algorithm: use nodes=1 "
+                                          r"\(or name=dadam3"):
         mixer_for("adam3", 5)
+    # mixer_for's own argument for the topology's name (build_topology says name=)
+    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology; allowed: ring, "):
+        mixer_for("dadam3", 4, "hypercube")
+    with pytest.raises(ConfigError, match=r"^topology=torus: nodes=5 has no factorisation .* use topology=ring"):
+        mixer_for("dadam3", 5, "torus")

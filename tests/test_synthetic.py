@@ -7,6 +7,7 @@ from dadam3.errors import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import run_synthetic
+from dadam3.schema import compose, synthetic_settings
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
 PAPER = dict(lr=1e-2, beta1=0.0, beta2=1 / (1 + 1010.0 ** 2), beta3=0.1)
@@ -74,7 +75,13 @@ def test_dadam3_finds_the_fne_and_dp_oadam_does_not():
 def test_runner_rejects_bad_values():
     with pytest.raises(ConfigError, match=r"^iterations=0"):
         run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=0)
-    with pytest.raises(ConfigError, match=r"^game.c=0.5: must be in \[1, 1e\+100\]"):
+    with pytest.raises(ConfigError, match=r"^c=0.5: must be in \[1, 1e\+100\]"):
         SyntheticGame(c=0.5)
-    with pytest.raises(ConfigError, match=r"^game.k=-1"):
+    with pytest.raises(ConfigError, match=r"^k=-1"):
         SyntheticGame(k=-1)
+    with pytest.raises(ConfigError, match=r"^game.k=-1.0: must be in \[0, 1e\+100\]"):   # said in the config's keys
+        synthetic_settings(compose("synthetic", ["game.k=-1"]))
+    with pytest.raises(ConfigError, match=r"^rows=2: must be an integer divisor of nodes=5"):
+        run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=1, topology={"name": "torus", "rows": 2})
+    with pytest.raises(ConfigError, match=r"^nodes=5: optimizer=adam3 is the single-node"):
+        run_synthetic(GAME, "adam3", PAPER, nodes=5, iterations=1)

@@ -93,22 +93,22 @@ def build_dataset(name: str, root: str | Path | None, image_size: int | None = N
     """
     key = name.lower() if isinstance(name, str) else name
     if key not in NAMES:
-        raise ConfigError("dataset.name", name, f"unknown dataset; allowed: {', '.join(NAMES)}")
+        raise ConfigError("name", name, f"unknown dataset; allowed: {', '.join(NAMES)}")
     unknown = sorted(set(kw) - set(OPTIONS[key]))
     if unknown:
         allowed = ", ".join(OPTIONS[key]) or "none"
-        raise ConfigError(f"dataset.{unknown[0]}", kw[unknown[0]],
+        raise ConfigError(unknown[0], kw[unknown[0]],
                           f"not an option of dataset {key}; allowed: {allowed}")
     if key == "gaussians":
         if image_size is not None:
-            raise ConfigError("dataset.image_size", image_size,
+            raise ConfigError("image_size", image_size,
                               "gaussians are 2-D points, not images; leave it unset (null)")
         return GaussianRing(**kw)
     size = _image_size(key, image_size)
     if key == "fake":
         return FakeImages(image_size=size, train=train, **kw)
     if root is None or str(root).strip() == "":
-        raise ConfigError("dataset.root", root, f"dataset {key} needs a data directory")
+        raise ConfigError("root", root, f"dataset {key} needs a data directory")
     loader: Callable[..., ImageDataset] = _LOADERS[key]
     return loader(Path(root).expanduser(), size, bool(download), bool(train), **kw)
 
@@ -119,7 +119,7 @@ def _image_size(name: str, image_size: int | None) -> int:
         return default
     if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) \
             or not MIN_IMAGE_SIZE <= image_size <= largest:
-        raise ConfigError("dataset.image_size", image_size,
+        raise ConfigError("image_size", image_size,
                           f"{name} provides square images of side {MIN_IMAGE_SIZE}..{largest} "
                           f"(paper: {default})")
     return int(image_size)
@@ -134,7 +134,7 @@ def _normalize(channels: int) -> transforms.Normalize:
 def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
     raw = root / "MNIST" / "raw"
     names = [Path(f).stem for f, _ in datasets.MNIST.resources]   # *.gz -> idx file name
-    hint = "set dataset.download=true or place the idx files (raw or .gz) there"
+    hint = "set download=true or place the idx files (raw or .gz) there"
     if not download:
         _gunzip_missing(root, raw, names)
     base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
@@ -159,7 +159,7 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     (smoke runs train on the committed 1000 test images).
     """
     if split is not None:
-        train = check_choice("dataset.split", split, ("train", "test")) == "train"
+        train = check_choice("split", split, ("train", "test")) == "train"
     prefix = "train" if train else "t10k"
     names = [f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"]
     tv_raw = root / "FashionMNIST" / "raw"
@@ -169,10 +169,10 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
                           "Fashion-MNIST", root, tv_raw, names, download, "")
         images, labels = base.data, base.targets
     elif files is None:
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"Fashion-MNIST not found: neither {tv_raw} nor {root} holds "
                           f"{' and '.join(names)} (raw or .gz); apt-get install dataset-fashion-mnist "
-                          f"and set dataset.root={FASHION_MNIST_DEBIAN_ROOT}, or set dataset.download=true")
+                          f"and set root={FASHION_MNIST_DEBIAN_ROOT}, or set download=true")
     else:
         images, labels = _read_split(root, files)
     return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "fashion_mnist")
@@ -183,11 +183,11 @@ def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:
     try:
         images, labels = read_idx(files[0], ndim=3), read_idx(files[1], ndim=1)
     except (OSError, IdxError) as e:
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"cannot read the Fashion-MNIST idx files ({_one_line(e)}); they may be "
-                          "corrupt: reinstall them or set dataset.download=true with an empty root") from None
+                          "corrupt: reinstall them or set download=true with an empty root") from None
     if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"{files[0].name} holds {tuple(images.shape)} images and {files[1].name} "
                           f"{labels.shape[0]} labels; expected [N, 28, 28] and N")
     return images, labels
@@ -197,7 +197,7 @@ def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
                 root: Path, size: int, download: bool, train: bool) -> TensorImages:
     folder = root / cls.base_folder
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    hint = f"set dataset.download=true or extract {cls.filename} into {root}"
+    hint = f"set download=true or extract {cls.filename} into {root}"
     base = _construct(lambda: cls(str(root), train=train, download=download),
                       title, root, folder, names, download, hint)
     images = torch.from_numpy(np.ascontiguousarray(base.data)).permute(0, 3, 1, 2)   # HWC -> CHW
@@ -233,7 +233,7 @@ def _gunzip_missing(root: Path, folder: Path, names: list[str]) -> None:
             try:
                 extract_archive(str(gz))
             except (OSError, EOFError) as e:
-                raise ConfigError("dataset.root", str(root), f"cannot decompress {gz}: {e}") from None
+                raise ConfigError("root", str(root), f"cannot decompress {gz}: {e}") from None
 
 
 def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
@@ -244,17 +244,17 @@ def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, nam
     except (RuntimeError, OSError) as e:
         reason = _one_line(e)
         if download:
-            raise ConfigError("dataset.download", True,
+            raise ConfigError("download", True,
                               f"downloading {title} into {root} failed ({reason}); "
-                              f"place the files at {where} yourself and set dataset.download=false") from None
+                              f"place the files at {where} yourself and set download=false") from None
         missing = [n for n in names if not (where / n).is_file()]
         if missing:
-            raise ConfigError("dataset.root", str(root),
+            raise ConfigError("root", str(root),
                               f"{title} not found at {where} (missing {', '.join(missing)}); {hint}") from None
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"{title} files at {where} were rejected by torchvision ({reason}); "
                           "they may be corrupt or not the official release: delete them and "
-                          "set dataset.download=true") from None
+                          "set download=true") from None
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -267,11 +267,11 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 
 def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str | None = None,
                  crop: int | None = None, workers: int = 0) -> DecodedImages:
-    split = check_choice("dataset.split", split if split is not None else ("train" if train else "test"),
+    split = check_choice("split", split if split is not None else ("train" if train else "test"),
                          CELEBA_SPLITS)
     if crop is not None:
-        crop = check_int("dataset.crop", crop, 1)
-    workers = check_int("dataset.workers", workers, 0)
+        crop = check_int("crop", crop, 1)
+    workers = check_int("workers", workers, 0)
     transform = transforms.Compose([ToRGB(), CenterSquareCrop(crop), transforms.Resize((size, size)),
                                     transforms.ToTensor(), _normalize(3)])
     shape = (3, size, size)
@@ -284,19 +284,19 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
             return DecodedImages(base, shape, None, "celeba", workers)
         except (RuntimeError, OSError, ImportError) as e:
             if download:
-                raise ConfigError("dataset.download", True,
+                raise ConfigError("download", True,
                                   f"downloading CelebA into {root} failed ({_one_line(e)}); needs gdown and "
                                   f"Google Drive access; place the files at {root / 'celeba'} yourself "
-                                  "and set dataset.download=false") from None
+                                  "and set download=false") from None
             warnings.warn(f"CelebA at {root / 'celeba'}: torchvision's annotation files are missing or "
                           f"fail their md5 check ({_one_line(e)}); using every image in {tv_images} as a plain "
                           f"folder (split {split!r} ignored)", stacklevel=3)
             folder = tv_images
     if not folder.is_dir() or not find_image_files(folder):
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"CelebA not found: expected {tv_images}/*.jpg with list_eval_partition.txt "
                           f"and the other annotation files in {root / 'celeba'} (torchvision layout), "
-                          f"or image files anywhere under {root}; set dataset.download=true or place "
+                          f"or image files anywhere under {root}; set download=true or place "
                           "the images there")
     if folder == root and split in ("valid", "test"):
         warnings.warn(f"CelebA from a plain folder ({root}) has no splits: using all images "
@@ -306,29 +306,29 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
 
 def _load_imagenette(root: Path, size: int, download: bool, train: bool,
                      workers: int = 0) -> DecodedImages:
-    workers = check_int("dataset.workers", workers, 0)
+    workers = check_int("workers", workers, 0)
     split = "train" if train else "val"
     folder = root / "imagenette2-160" / split
     transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
                                     transforms.ToTensor(), _normalize(3)])
     if not download and not folder.is_dir():
-        raise ConfigError("dataset.root", str(root),
-                          f"Imagenette (160px) not found at {folder}; set dataset.download=true or "
+        raise ConfigError("root", str(root),
+                          f"Imagenette (160px) not found at {folder}; set download=true or "
                           f"extract imagenette2-160.tgz into {root}")
     wnids = ", ".join(sorted(datasets.Imagenette._WNID_TO_CLASS))
     try:
         base = datasets.Imagenette(str(root), split=split, size="160px", download=download,
                                    transform=transform)
     except KeyError as e:
-        raise ConfigError("dataset.root", str(root),
+        raise ConfigError("root", str(root),
                           f"{folder} holds class folder {e.args[0]}, not one of Imagenette's "
                           f"wnids ({wnids})") from None
     except FileNotFoundError as e:
-        raise ConfigError("dataset.root", str(root), f"no usable images in {folder}: {_one_line(e)}") from None
+        raise ConfigError("root", str(root), f"no usable images in {folder}: {_one_line(e)}") from None
     except (RuntimeError, OSError) as e:
-        raise ConfigError("dataset.download", download,
+        raise ConfigError("download", download,
                           f"downloading Imagenette into {root} failed ({_one_line(e)}); extract "
-                          f"imagenette2-160.tgz into {root} and set dataset.download=false") from None
+                          f"imagenette2-160.tgz into {root} and set download=false") from None
     # torchvision keeps (path, label) pairs only in the private ``_samples``.
     labels = torch.tensor([label for _, label in base._samples], dtype=torch.int64)
     return DecodedImages(base, (3, size, size), labels, "imagenette", workers)

@@ -42,11 +42,11 @@ class FakeImages(Dataset):
     def __init__(self, channels: int = 3, image_size: int = 32, length: int = 50_000,
                  num_classes: int = 10, seed: int = 0, train: bool = True,
                  device: torch.device | str = "cpu"):
-        self.channels = check_int("dataset.channels", channels, 1, 16)
-        self.image_size = check_int("dataset.image_size", image_size, 1)
-        self.length = check_int("dataset.length", length, 1, 2**31 - 1)
-        self.num_classes = check_int("dataset.num_classes", num_classes, 1)
-        self.seed = check_int("dataset.seed", seed)
+        self.channels = check_int("channels", channels, 1, 16)
+        self.image_size = check_int("image_size", image_size, 1)
+        self.length = check_int("length", length, 1, 2**31 - 1)
+        self.num_classes = check_int("num_classes", num_classes, 1)
+        self.seed = check_int("seed", seed)
         self.train = bool(train)
         self.device = torch.device(device)
         self.grid = max(2, self.image_size // 8)

@@ -34,9 +34,9 @@ class GaussianRing:
     shape = (2,)
 
     def __init__(self, modes: int = 8, radius: float = 2.0, std: float = 0.02):
-        self.modes = check_int("dataset.modes", modes, 1)
-        self.radius = check_range("dataset.radius", radius, 0.0, None, low_open=True)
-        self.std = check_range("dataset.std", std, 0.0, None, low_open=True)
+        self.modes = check_int("modes", modes, 1)
+        self.radius = check_range("radius", radius, 0.0, None, low_open=True)
+        self.std = check_range("std", std, 0.0, None, low_open=True)
         self.centers = ring_centers(self.modes, self.radius)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
@@ -77,7 +77,7 @@ def mode_metrics(samples: Tensor, centers: Tensor, std: float, n_std: float = 3.
         raise ConfigError("samples", tuple(samples.shape), "must have shape [N, 2]")
     if centers.ndim != 2 or centers.shape[1] != 2:
         raise ConfigError("centers", tuple(centers.shape), "must have shape [K, 2]")
-    std = check_range("dataset.std", std, 0.0, None, low_open=True)
+    std = check_range("std", std, 0.0, None, low_open=True)
     if samples.shape[0] == 0:
         return {"modes_covered": 0, "high_quality_share": 0.0}
     s = samples.detach().to("cpu", torch.float64)

@@ -72,8 +72,8 @@ class NodeSampler:
         self.node_ids = list(range(self.total_nodes)) if node_ids is None else [int(i) for i in node_ids]
         self.nodes = len(self.node_ids)
         self.batch_size = check_int("batch_size", batch_size, 1)
-        self.partition = check_choice("dataset.partition", partition, PARTITIONS)
-        self.alpha = (check_range("dataset.alpha", alpha, 0.0, None, low_open=True)
+        self.partition = check_choice("partition", partition, PARTITIONS)
+        self.alpha = (check_range("alpha", alpha, 0.0, None, low_open=True)
                       if partition == "dirichlet" else alpha)
         self.seed = check_int("seed", seed, 0)
         self.device = torch.device(device)
@@ -87,7 +87,7 @@ class NodeSampler:
         self.shard_sizes: list[int] = []
         if self.infinite:
             if self.partition != "iid":
-                raise ConfigError("dataset.partition", partition,
+                raise ConfigError("partition", partition,
                                   f"{getattr(dataset, 'name', 'this source')} is an infinite sampler: "
                                   "only iid is possible")
         else:
@@ -125,7 +125,7 @@ class NodeSampler:
             return split_shards(self.length, self.total_nodes, rng)
         labels = getattr(self.dataset, "labels", None)
         if labels is None:
-            raise ConfigError("dataset.partition", "dirichlet",
+            raise ConfigError("partition", "dirichlet",
                               f"needs class labels and dataset {getattr(self.dataset, 'name', '?')} "
                               "has none; use iid or split")
         return dirichlet_shards(torch.as_tensor(labels).cpu().numpy(), self.total_nodes, self.alpha, rng,

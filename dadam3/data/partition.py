@@ -50,6 +50,6 @@ def dirichlet_shards(labels: np.ndarray, nodes: int, alpha: float, rng: np.rando
                 shard.extend(part.tolist())
         if min(len(s) for s in shards) >= min_size:
             return [torch.from_numpy(np.sort(np.asarray(s, dtype=np.int64))) for s in shards]
-    raise ConfigError("dataset.alpha", alpha,
+    raise ConfigError("alpha", alpha,
                       f"{DIRICHLET_MAX_TRIES} Dirichlet draws never gave all {nodes} nodes at least "
                       f"{min_size} samples (batch_size) out of {n}; raise alpha or lower nodes/batch_size")

@@ -80,7 +80,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     """
     timeout_s = check_timeout("timeout_s", timeout_s)
     if backend not in ("auto", "gloo", "nccl"):
-        raise ConfigError("distributed.backend", backend, "allowed: auto, gloo, nccl")
+        raise ConfigError("backend", backend, "allowed: auto, gloo, nccl")
     if "RANK" not in os.environ:
         _env_from_submitit()
     rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")
@@ -90,7 +90,7 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
         if not torch.cuda.is_available():
-            raise ConfigError("distributed.backend", backend, "needs CUDA; use gloo on CPU")
+            raise ConfigError("backend", backend, "needs CUDA; use gloo on CPU")
         if local_rank >= torch.cuda.device_count():
             raise ConfigError("LOCAL_RANK", local_rank,
                               f"only {torch.cuda.device_count()} CUDA device(s): one rank per GPU")

@@ -32,8 +32,8 @@ class SyntheticGame:
     def __post_init__(self):
         # the one check of c and k (the config's game node defers to it); beyond 1e100 the
         # iterates overflow float64
-        check_range("game.c", self.c, 1.0, 1e100, high_open=False)
-        check_range("game.k", self.k, 0.0, 1e100, high_open=False)
+        check_range("c", self.c, 1.0, 1e100, high_open=False)
+        check_range("k", self.k, 0.0, 1e100, high_open=False)
 
     @property
     def mean_a(self) -> float:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from dadam3.errors import ConfigError, Diverged, RunStopped
+from dadam3.errors import ConfigError, Diverged, RunStopped, named_as
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games.synthetic_kernels import Kernel, kernel_for
 from dadam3.mixing import LocalMixer
@@ -83,9 +83,10 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
     if backend not in BACKENDS:
         raise ConfigError("backend", backend, f"allowed: {', '.join(BACKENDS)}")
     iterations = int(iterations)
-    hp = optimizer_spec(optimizer).check_hparams(hparams)
     topology_kw = {"name": topology} if isinstance(topology, str) else dict(topology)
-    mixer = mixer_for(optimizer, nodes, topology_kw.pop("name"), topology_kw.pop("rounds", 1), **topology_kw)
+    with named_as({"name": "optimizer"}):
+        hp = optimizer_spec(optimizer).check_hparams(hparams)
+        mixer = mixer_for(optimizer, nodes, topology_kw.pop("name"), topology_kw.pop("rounds", 1), **topology_kw)
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
     kernel = kernel_for(optimizer_spec(optimizer).cls) if backend == "kernel" else None
     if backend == "kernel" and kernel is None:

@@ -38,7 +38,6 @@ from dadam3.errors import ConfigError
 from dadam3.metrics.spec import FMNIST_CLASSIFIER
 
 FEATURE_EXTRACTOR_NAME = FMNIST_CLASSIFIER        # spelled once, in dadam3.metrics.spec
-WEIGHTS_KEY = "metrics.feature_extractor_weights"
 WEIGHTS_PATH = Path(__file__).resolve().parent / "weights" / "fmnist_classifier.pt"
 WEIGHTS_SHA256 = "e247bbb52ce3f2f6789e6c4d371ca3f48bbddf27bb9bd47fff60e061668a37af"
 TEST_ACCURACY = 0.9219       # on the 10 000 test images (scripts/train_fmnist_classifier.py)
@@ -111,12 +110,12 @@ def resolve_weights(weights_path: str | os.PathLike | None = None) -> str:
     path = Path(os.path.expanduser(str(weights_path))) if weights_path is not None else WEIGHTS_PATH
     shown = str(weights_path) if weights_path is not None else None
     if not path.is_file():
-        raise ConfigError(WEIGHTS_KEY, shown,
+        raise ConfigError("weights_path", shown,
                           f"Fashion-MNIST classifier weights not found at {path}; they ship with dadam3 "
                           "(reinstall it) or are made by scripts/train_fmnist_classifier.py")
     digest = sha256_of(path)
     if digest != WEIGHTS_SHA256:
-        raise ConfigError(WEIGHTS_KEY, shown,
+        raise ConfigError("weights_path", shown,
                           f"{path} has SHA-256 {digest}, expected {WEIGHTS_SHA256} (the weights "
                           "dadam3's Fashion-MNIST metrics refer to); restore the packaged file")
     return str(path)

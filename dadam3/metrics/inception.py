@@ -26,7 +26,6 @@ from torch_fidelity.feature_extractor_inceptionv3 import URL_INCEPTION_V3
 INCEPTION_WEIGHTS_URL: str = URL_INCEPTION_V3
 INCEPTION_WEIGHTS_FILENAME: str = os.path.basename(urlparse(URL_INCEPTION_V3).path)
 
-WEIGHTS_KEY = "metrics.inception_weights"
 INCEPTION_FIRST_KEY = "Conv2d_1a_3x3.conv.weight"   # torch-fidelity's FeatureExtractorInceptionV3
 
 
@@ -48,9 +47,9 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
         path = os.path.expanduser(str(weights_path))
         if os.path.isfile(path):
             return check_inception_weights(path)
-        raise ConfigError(WEIGHTS_KEY, str(weights_path),
+        raise ConfigError("weights_path", str(weights_path),
                           f"Inception weights not found at this path; download "
-                          f"{INCEPTION_WEIGHTS_URL} to it or set {WEIGHTS_KEY}=PATH")
+                          f"{INCEPTION_WEIGHTS_URL} to it or set weights_path=PATH")
     cached = inception_weights_cache_path()
     if os.path.isfile(cached):
         return cached
@@ -68,19 +67,19 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
                     os.rmdir(d)
                 except OSError:
                     break
-    raise ConfigError(WEIGHTS_KEY, None,
+    raise ConfigError("weights_path", None,
                       f"Inception weights not found in the torch.hub cache ({reason}); "
                       f"download {INCEPTION_WEIGHTS_URL} to {cached} "
-                      f"or set {WEIGHTS_KEY}=PATH")
+                      "or set weights_path=PATH")
 
 
-def check_inception_weights(path: str) -> str:
-    """``path`` if it holds torch-fidelity's InceptionV3 state dict, else a one-line ConfigError
-    (checked at start-up, so a bad file cannot stop a run at its first evaluation). The ~100 MB
-    file is read once while its size and modification time stay the same (every evaluation
-    of every node resolves the weights again)."""
-    st = os.stat(path)
-    return _checked_inception_file(path, st.st_size, st.st_mtime_ns)
+def check_inception_weights(weights_path: str) -> str:
+    """``weights_path`` if it holds torch-fidelity's InceptionV3 state dict, else a one-line
+    ConfigError (checked at start-up, so a bad file cannot stop a run at its first evaluation).
+    The ~100 MB file is read once while its size and modification time stay the same (every
+    evaluation of every node resolves the weights again)."""
+    st = os.stat(weights_path)
+    return _checked_inception_file(weights_path, st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=8)
@@ -88,11 +87,11 @@ def _checked_inception_file(path: str, size: int, mtime_ns: int) -> str:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ConfigError(WEIGHTS_KEY, path, f"not torch-fidelity's Inception weights (cannot be read: "
-                                             f"{type(e).__name__})") from None
+        raise ConfigError("weights_path", path, f"not torch-fidelity's Inception weights (cannot be read: "
+                                                f"{type(e).__name__})") from None
     if not isinstance(state, Mapping) or INCEPTION_FIRST_KEY not in state:
-        raise ConfigError(WEIGHTS_KEY, path, f"not torch-fidelity's Inception weights (no {INCEPTION_FIRST_KEY}); "
-                                             f"download {INCEPTION_WEIGHTS_URL}")
+        raise ConfigError("weights_path", path, f"not torch-fidelity's Inception weights "
+                                                f"(no {INCEPTION_FIRST_KEY}); download {INCEPTION_WEIGHTS_URL}")
     return path
 
 

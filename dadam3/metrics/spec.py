@@ -21,7 +21,6 @@ FEATURE_EXTRACTORS: Mapping[str, str] = MappingProxyType({
 })
 INCEPTION = FEATURE_EXTRACTORS["inception"]
 FMNIST_CLASSIFIER = FEATURE_EXTRACTORS["fmnist_classifier"]
-EXTRACTOR_KEY = "metrics.feature_extractor"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,16 +48,15 @@ class FidelitySpec:
     def check(self, num_samples: int, reference: Any) -> None:
         """One-line ConfigErrors for what cannot be computed from ``num_samples`` images
         against ``reference``."""
-        for key, value in (("metrics.num_samples", num_samples), ("metrics.batch_size", self.batch_size)):
+        for key, value in (("num_samples", num_samples), ("batch_size", self.batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(key, value, "must be a positive integer")
         if self.isc and not 1 <= self.splits <= num_samples:
-            raise ConfigError("metrics.is_splits", self.splits,
-                              f"must be in [1, {num_samples}] (metrics.num_samples)")
+            raise ConfigError("splits", self.splits, f"must be in [1, num_samples={num_samples}]")
         if (self.fid or self.kid) and reference is None:
-            raise ConfigError("metrics.reference", None, "FID/KID need a reference dataset")
+            raise ConfigError("reference", None, "FID/KID need a reference dataset")
         if not (self.isc or self.fid or self.kid):
-            raise ConfigError("metrics", "none", "enable at least one of isc, fid, kid")
+            raise ConfigError("isc", self.isc, "and fid and kid are false too: enable at least one")
 
     @property
     def cache_dir(self) -> str:
@@ -68,7 +66,7 @@ class FidelitySpec:
 def check_extractor(feature_extractor: str) -> str:
     """``feature_extractor`` if torch-fidelity knows it through dadam3, else a one-line ConfigError."""
     if feature_extractor not in FEATURE_EXTRACTORS.values():
-        raise ConfigError(EXTRACTOR_KEY, feature_extractor,
+        raise ConfigError("feature_extractor", feature_extractor,
                           f"unknown feature extractor; allowed: {', '.join(FEATURE_EXTRACTORS.values())}")
     return feature_extractor
 

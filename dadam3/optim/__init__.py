@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam3 import Dadam3
 from dadam3.optim.base import HParam, NodeOptimizer
@@ -55,7 +55,7 @@ class Spec:
 
     def check_hparams(self, hparams: Mapping[str, Any]) -> dict[str, float]:
         """Every hyper-parameter: given ones checked (one-line ConfigError), others at their defaults."""
-        return self.cls.check_hparams(hparams, owner=f"optimizer={self.name}")
+        return self.cls.check_hparams(hparams, owner=f"name={self.name}")
 
 
 OPTIMIZERS: dict[str, Spec] = {
@@ -74,7 +74,7 @@ OPTIMIZERS: dict[str, Spec] = {
 def optimizer_spec(name: str) -> Spec:
     """The registry entry of ``name`` (one-line ConfigError for an unknown name)."""
     if name not in OPTIMIZERS:
-        raise ConfigError("optimizer", name, f"unknown optimizer; allowed: {', '.join(OPTIMIZERS)}")
+        raise ConfigError("name", name, f"unknown optimizer; allowed: {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name]
 
 
@@ -82,16 +82,19 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
               make_mixer: Callable[[Topology], Mixer] = LocalMixer, **topology_kw) -> Mixer | None:
     """The mixer an optimizer runs with: the configured topology, the complete graph for
     the centralized variants, none for the single-node Adam3. ``make_mixer`` builds it from
-    the topology (:class:`LocalMixer`, or :class:`dadam3.distributed.DistributedMixer`)."""
+    the topology (:class:`LocalMixer`, or :class:`dadam3.distributed.DistributedMixer`).
+    A topology error names ``topology`` where :func:`build_topology` says ``name``."""
     spec = optimizer_spec(name)
     if spec.single_node:
         if nodes != 1:
-            raise ConfigError("nodes", nodes, f"optimizer={name} is the single-node algorithm: use nodes=1 "
-                                              "(or optimizer=dadam3 for several nodes)")
+            raise ConfigError("nodes", nodes, f"name={name} is the single-node algorithm: use nodes=1 "
+                                              "(or name=dadam3 for several nodes)")
         return None
     if spec.topology is not None:
         topology, topology_kw = spec.topology, {}
-    return make_mixer(build_topology(topology, nodes, rounds, **topology_kw))
+    with named_as({"name": "topology"}):
+        graph = build_topology(topology, nodes, rounds, **topology_kw)
+    return make_mixer(graph)
 
 
 def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, compile: bool | None = None,

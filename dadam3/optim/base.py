@@ -58,7 +58,7 @@ class HParam:
     high_open: bool = True
 
     def check(self, name: str, value: Any) -> float:
-        return check_range(f"optimizer.{name}", value, self.low, self.high, self.low_open, self.high_open)
+        return check_range(name, value, self.low, self.high, self.low_open, self.high_open)
 
 
 LR = HParam(1e-3, 0.0, None, low_open=True)
@@ -103,11 +103,11 @@ class NodeOptimizer(torch.optim.Optimizer):
     def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
         """All of ``HPARAMS``: the given values checked, the others at their defaults.
 
-        Raises a one-line ConfigError naming ``optimizer.<key>`` for an unknown key or a
-        value outside its interval (``owner`` names the optimizer in the message)."""
+        Raises a one-line ConfigError naming the key for an unknown key or a value outside
+        its interval (``owner`` names the optimizer in the message)."""
         for key, value in hparams.items():
             if key not in cls.HPARAMS:
-                raise ConfigError(f"optimizer.{key}", value, f"not an option of {owner or cls.__name__}; "
+                raise ConfigError(key, value, f"not an option of {owner or cls.__name__}; "
                                                              f"allowed: {', '.join(cls.HPARAMS)}")
         return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
 

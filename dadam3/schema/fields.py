@@ -92,6 +92,12 @@ class Node:
     def cross_check(self, prefix: str) -> None:
         """Rules between this node's fields (after each field's own check)."""
 
+    def keys(self, prefix: str) -> dict[str, str]:
+        """Each field's name -> its config key (``prefix`` + name): what
+        :func:`~dadam3.errors.named_as` needs to say a builder's error (naming its argument,
+        which is the field's name) in the config's keys."""
+        return {f.name: prefix + f.name for f in fields(self)}
+
 
 def check_tree(node: Node, prefix: str = "") -> Node:
     """Check every field of ``node`` and its sub-nodes (keys named ``prefix + field``),

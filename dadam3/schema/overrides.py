@@ -19,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.config import CONFIG_DIR
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, named_as
 from dadam3.optim import optimizer_spec
 from dadam3.schema.fields import did_you_mean, schema_field
 from dadam3.schema.groups import GROUPS
@@ -83,7 +83,9 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
             return
         if i == 0 and part == "optimizer":
             if rest != ["name"]:
-                optimizer_spec(cfg.optimizer.name).check_hparams({".".join(rest): value})
+                key = ".".join(rest)
+                with named_as({"name": "optimizer", key: f"optimizer.{key}"}):
+                    optimizer_spec(cfg.optimizer.name).check_hparams({key: value})
             return
         if i == 0 and part in GROUPS:
             cls = OmegaConf.get_type(cfg[part])

@@ -14,7 +14,7 @@ import torch
 from omegaconf import MISSING
 
 from dadam3.distributed.failures import check_timeout
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.metrics.spec import FEATURE_EXTRACTORS
 from dadam3.optim import optimizer_spec
@@ -57,7 +57,8 @@ class OptimizerChoice:
     def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
         o = dict(mapping)
         name = o.pop("name")
-        hparams = optimizer_spec(name).check_hparams(o)
+        with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
+            hparams = optimizer_spec(name).check_hparams(o)
         if "eps" in hparams and not hparams["eps"] > 0:
             raise ConfigError("optimizer.eps", hparams["eps"], "must be > 0: the first step divides a zero "
                                                                 "gradient by sqrt(0) + eps")
@@ -177,7 +178,8 @@ class Game(Node):
     k: float = knob(0.01)
 
     def cross_check(self, prefix: str) -> None:
-        SyntheticGame(self.c, self.k)
+        with named_as(self.keys(prefix)):
+            SyntheticGame(self.c, self.k)
 
 
 @dataclass
