@@ -397,5 +397,5 @@ def test_init_outside_torchrun_is_a_one_line_config_error(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigError, match=r"RANK unset: launch with torchrun"):
         init_from_env("gloo")
-    with pytest.raises(ConfigError, match=r"^distributed.backend=mpi: allowed: auto, gloo, nccl$"):
+    with pytest.raises(ConfigError, match=r"^backend=mpi: allowed: auto, gloo, nccl$"):
         init_from_env("mpi")
