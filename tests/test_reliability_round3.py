@@ -275,7 +275,7 @@ def test_12_too_many_nodes_for_the_data_names_nodes(tmp_path):
         build_trainer(train_settings(config(["dataset=fake", "dataset.length=4", "dataset.partition=split",
                                              "model.width=0.03125", "nodes=5", "loop.batch_size=1", "device=cpu"])),
                       tmp_path / "run")
-    assert str(e.value).startswith("nodes=5: the data set has 4 samples and partition=split") and \
+    assert str(e.value).startswith("nodes=5: the data set has 4 samples and dataset.partition=split") and \
         "batch_size" not in str(e.value)
 
 
