@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[test]"
 	touch $(STAMP)
 
+# the suite in $(WORKERS) pytest-xdist workers (CI: 2 cores); WORKERS=0 runs it in one process
+WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(WORKERS) --dist load
 
 fig1: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/fig1_synthetic.sh

@@ -14,7 +14,8 @@
 # DEVICE (default cuda), ITERATIONS (default 300), BENCH_ARGS and TRAIN_ARGS (appended to
 # every bench / training command), DIST_RANKS (default: 1 2 4 up to the GPUs), DIST_ARGS
 # and DIST_TRAIN_ARGS (appended to the distributed mix / --train overrides) let a CPU
-# smoke run use tiny sizes (with DEVICE=cpu the distributed part uses gloo).
+# smoke run use tiny sizes (with DEVICE=cpu the distributed part uses gloo); TEST_PATHS
+# (default tests) are the paths step 1 runs pytest -k cuda on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: bash scripts/gpu_benchmarks.sh OUT_DIR}
@@ -27,6 +28,7 @@ read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
 read -r -a TRAIN_EXTRA <<<"${TRAIN_ARGS:-}"
 read -r -a DIST_EXTRA <<<"${DIST_ARGS:-}"
 read -r -a DIST_TRAIN_EXTRA <<<"${DIST_TRAIN_ARGS:-}"
+read -r -a TESTS <<<"${TEST_PATHS:-tests}"
 export PYTHONUNBUFFERED=1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -40,7 +42,7 @@ trap 'rm -rf "$WORK"' EXIT
 } | tee "$OUT_DIR/summary.txt"
 
 echo "== CUDA tests" | tee -a "$OUT_DIR/summary.txt"
-"$PY" -m pytest -q -p no:cacheprovider -rs -k "cuda" tests 2>&1 | tee "$OUT_DIR/tests.txt" | tail -n 3 \
+"$PY" -m pytest -q -p no:cacheprovider -rs -k "cuda" "${TESTS[@]}" 2>&1 | tee "$OUT_DIR/tests.txt" | tail -n 3 \
   | tee -a "$OUT_DIR/summary.txt"
 
 echo "== bench_gan" | tee -a "$OUT_DIR/summary.txt"

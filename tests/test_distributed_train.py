@@ -19,6 +19,8 @@ import torch
 from dadam3.checkpoint import checkpoint_path, load
 from dadam3.run_logging import read_jsonl
 
+from trainer_runs import train
+
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 TOY = ["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8", "loop.progress=false", "loop.log_every=2",
@@ -27,9 +29,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def simulator(run_dir, *args):
-    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, *args, f"hydra.run.dir={run_dir}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
-    assert r.returncode == 0, r.stderr[-3000:]
+    """The reference: the same run in the simulator (backend=local), in this process (build, fit,
+    finish, as ``python -m dadam3.train`` does; the CLI itself is tested in test_train.py and
+    test_reliability*.py, and the ranks here all go through it)."""
+    train([*TOY, *args], run_dir)
 
 
 def ranks(R, run_dir, *args, timeout=300):
