@@ -83,7 +83,7 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
 def _mixer(s: TrainConfig, make_mixer):
     """The optimizer's mixer over the configured topology (``mixer_for``'s errors in config keys)."""
     o, t = s.optimizer, s.topology
-    with named_as({**t.keys("topology."), "name": "optimizer", "topology": "topology"}):
+    with named_as({**t.keys("topology."), "name": "optimizer"}):   # mixer_for says topology= itself
         return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
 
 
