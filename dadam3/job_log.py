@@ -2,14 +2,21 @@
 (``.hydra/``), both written only once the run holds its directory."""
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
+import platform
+import subprocess
 from pathlib import Path
+
+import torch
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 JOB_LOG = "train.log"
+PROVENANCE = "provenance.json"
+UNKNOWN = "unknown"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
 
@@ -58,3 +65,44 @@ def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = No
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     (out / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))))
     (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
+
+
+def _code_commit() -> str:
+    """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
+    here = Path(__file__).resolve().parent
+    try:
+        run = lambda *a: subprocess.run(["git", "-C", str(here), *a], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10, check=True).stdout.strip()
+        commit = run("rev-parse", "HEAD")
+        return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+
+
+def _device_model(device: str) -> str:
+    """The accelerator's name, or the CPU's model name from /proc/cpuinfo (platform's otherwise)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or UNKNOWN
+
+
+def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
+    """Append this segment of the run (fresh start or resume at ``iteration``) to
+    ``provenance.json``: code commit, torch and Python versions, device model, thread count."""
+    entry = {"from_iteration": iteration, "code_commit": _code_commit(), "torch": torch.__version__,
+             "python": platform.python_version(), "device": device, "device_model": _device_model(device),
+             "torch_threads": torch.get_num_threads()}
+    path = run_dir / PROVENANCE
+    try:
+        segments = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError):
+        segments = []
+    segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
+    path.write_text(json.dumps(segments + [entry], indent=1) + "\n")
+    return entry

@@ -26,7 +26,7 @@ from dadam3.errors import ConfigError, check_usable_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "wandb")
+RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb")
 LOCK_FILE = ".lock"
 
 

@@ -33,7 +33,7 @@ from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error, n
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
-from dadam3.job_log import JOB_LOG, JobLog, write_provenance
+from dadam3.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
@@ -221,6 +221,7 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
         if trainer.placement.is_main:
             (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
             write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
+            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
         trainer.fit()
         trainer.finish()
         shutdown()

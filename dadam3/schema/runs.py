@@ -64,6 +64,14 @@ class OptimizerChoice:
                                                                 "gradient by sqrt(0) + eps")
         return cls(name, MappingProxyType(hparams))
 
+    def check_topology(self, topology: str) -> None:
+        """A centralized variant (cadam3, cosg) runs on its own graph: a config naming another
+        would record a topology the run never used."""
+        forced = optimizer_spec(self.name).topology
+        if forced is not None and topology != forced:
+            raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
+                                                    f"selects it); drop topology={topology}")
+
 
 @dataclass
 class Distributed(Node):
@@ -169,6 +177,7 @@ class TrainConfig(Node):
         if self.resume == "":
             self.resume = None
         self.optimizer = OptimizerChoice.check(self.optimizer)
+        self.optimizer.check_topology(self.topology.name)
 
 
 @dataclass
@@ -195,3 +204,4 @@ class SyntheticConfig(Node):
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer = OptimizerChoice.check(self.optimizer)
+        self.optimizer.check_topology(self.topology.name)
