@@ -40,12 +40,12 @@ def loss_beyond(record: Mapping, bound: float) -> Breach | None:
     for key in LOSS_KEYS:
         for node, value in enumerate(record.get(f"{key}_nodes") or []):
             if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) > bound:
-                return Breach(k, node, f"|{key}| = {abs(value):.3g} > {bound:g} (loop.diverge_above) "
+                return Breach(k, node, f"{key} = {value:.3g}, beyond ±{bound:g} (loop.diverge_above), "
                                        f"at node {node}, iteration {k}")
         value = record.get(key)
         if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) > bound:
-            return Breach(k, None, f"|{key}| = {abs(value):.3g} > {bound:g} (loop.diverge_above) "
-                                   f"(node mean), iteration {k}")
+            return Breach(k, None, f"{key} = {value:.3g}, beyond ±{bound:g} (loop.diverge_above), "
+                                   f"node mean, iteration {k}")
     return None
 
 

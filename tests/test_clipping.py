@@ -88,7 +88,7 @@ def test_trainer_clips_both_players_before_the_step(tmp_path, monkeypatch):
 
 
 def test_a_loss_beyond_the_bound_stops_the_run_naming_node_and_iteration(tmp_path):
-    with pytest.raises(TrainingDiverged, match=r"loop.diverge_above\) at node \d+, iteration 2"):
+    with pytest.raises(TrainingDiverged, match=r"loop.diverge_above\), at node \d+, iteration 2"):
         train(TOY + ["loop.iterations=8", "loop.diverge_above=1e-9"], tmp_path)
     last = read_jsonl(tmp_path / "metrics.jsonl")[-1]
     assert last["status"] == "diverged" and last["iteration"] == 2 and isinstance(last["node"], int)
