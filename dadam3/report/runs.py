@@ -6,6 +6,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ UNKNOWN = "unknown"
 LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3": "Cadam3", "dosg": "DOSG",
          "cosg": "COSG", "dp_oadam": "DP-OAdam"}
 CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
-SCORES = ("is_mean", "is_avg_model", "fid_mean", "fid_avg_model", "kid_mean", "kid_avg_model")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -68,7 +68,7 @@ class Run:
         value = lookup(self.config, "loop.iterations", "iterations")
         return int(value) if value is not None else None
 
-    @property
+    @cached_property
     def breach(self) -> Breach | None:
         """Where the run diverged: its own ``diverged`` record, else the rule (dadam3.divergence)."""
         last = self.records[-1] if self.records else {}
