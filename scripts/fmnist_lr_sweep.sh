@@ -12,22 +12,26 @@
 # (seed 0: DOSG and COSG at 1.28e-2 and 5.12e-2, Dadam3 and Cadam3 at 5e-5).
 # Like every Fashion-MNIST driver (scripts/fmnist_figure.sh) a finished or diverged run is skipped
 # and an interrupted one resumed, so the script can be stopped and called again. Extra arguments
-# are Hydra overrides for every run (e.g. loop.clip_grad_norm=10 with FMNIST_OUT=DIR for the
-# clipped variant). Tables and figures: `make report` (results/REPORT.md).
+# are Hydra overrides for every run. VARIANT=NAME runs the whole grid, 2e-4 included, into
+# results/fmnist/lr_sweep_NAME/ instead: a variant with other options, e.g.
+#   VARIANT=clip10 bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=10
+# (the report gives each lr_sweep_* folder its own section). Tables and figures: `make report`
+# (results/REPORT.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # the presets' length: a run that finished short of it (a probe with ITERATIONS=250) goes on
 if [ "${SMOKE:-0}" != 1 ]; then export ITERATIONS=${ITERATIONS:-1500}; fi
 seeds=${SEEDS:-0 1 2}
+sweep=lr_sweep${VARIANT:+_$VARIANT}
 
 # cell LR EXPERIMENT "METHODS" SEEDS [overrides...]
 cell() {
   local lr=$1 experiment=$2 methods=$3 these=$4
   shift 4
-  if [ "$lr" = 2e-4 ] && [ "$experiment" = fmnist_fig3 ]; then
+  if [ "$lr" = 2e-4 ] && [ "$experiment" = fmnist_fig3 ] && [ "$sweep" = lr_sweep ]; then
     bash scripts/fmnist_figure.sh fig3 fmnist_fig3 "$methods" "$these" "$@"
   else
-    bash scripts/fmnist_figure.sh "lr_sweep/lr$lr" "$experiment" "$methods" "$these" "optimizer.lr=$lr" "$@"
+    bash scripts/fmnist_figure.sh "$sweep/lr$lr" "$experiment" "$methods" "$these" "optimizer.lr=$lr" "$@"
   fi
 }
 

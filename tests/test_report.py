@@ -163,3 +163,17 @@ def test_cli_refuses_a_missing_results_folder(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dadam3.report", "--results", str(tmp_path / "nope")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --results=")
+
+
+def test_a_variant_sweep_gets_its_own_section_with_its_clipping(tree):
+    d = make_run(tree, "fmnist/lr_sweep_clip1/lr8e-4/dosg/seed0", "dosg", 8e-4, 0, healthy(300.0), provenance=True)
+    cfg = (d / "config_resolved.yaml").read_text().replace("iterations: 100\n", "loop:\n  iterations: 100\n"
+                                                            "  clip_grad_norm: 1.0\n")
+    (d / "config_resolved.yaml").write_text(cfg)
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    section = text[text.index("## Fashion-MNIST: every method at its own step size, variant clip1"):]
+    assert "- gradient clipping (loop.clip_grad_norm): 1\n" in section
+    assert "| DOSG | 0.0008 | 1 of 1 |" in section
+    assert "- gradient clipping (loop.clip_grad_norm): off\n" in text      # the unclipped runs
+    assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()

@@ -39,7 +39,8 @@ def all_runs(root: Path) -> list:
     runs = []
     for name in ("fig2", "fig3", "paper_fig2", "paper_fig3"):
         runs += method_runs(root, root / "fmnist" / name)
-    runs += fm.sweep_runs(root)
+    for folder in ["lr_sweep"] + fm.variant_folders(root):
+        runs += fm.sweep_runs(root, folder)
     runs += [load_run(root, d, d.name, "–") for d in sorted((root / "fmnist" / "bf16").glob("*"))
              if (d / "metrics.jsonl").is_file()]
     runs += [load_run(root, d, d.name, "–") for d in sorted((root / "toy_gaussians").glob("*"))
@@ -56,6 +57,8 @@ def build(root: Path) -> tuple[str, Output]:
     body += fm.comparison(root, out, "fig3", "Fashion-MNIST: Fig. 3 in miniature (M = 5)",
                           "Paper: " + paper.claims.FIG3 + MINIATURE, paper.claims.CLAIMS_FIG3)
     body += fm.step_sizes(root, out)
+    for folder in fm.variant_folders(root):
+        body += fm.step_sizes(root, out, folder)
     body += fm.comparison(root, out, "paper_fig2", "Fashion-MNIST: Fig. 2 at Table 6's scale",
                           "Paper: " + paper.claims.FIG2 + PAPER_SCALE, paper.claims.CLAIMS_FIG2)
     body += fm.comparison(root, out, "paper_fig3", "Fashion-MNIST: Fig. 3 at Table 6's scale",

@@ -2,7 +2,7 @@
 run did not record it) and the table of final scores per cell (mean ± sample SD, n stated)."""
 from __future__ import annotations
 
-from dadam3.report.runs import UNKNOWN, Run
+from dadam3.report.runs import UNKNOWN, Run, lookup
 from dadam3.report.stats import Cell, fmt, lr_text
 
 SCORE_COLUMNS = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
@@ -22,6 +22,14 @@ def _values(runs: list[Run], get) -> str:
     return text
 
 
+def _clip(run: Run) -> str:
+    """``off`` where the run did not clip (0, or a config from before the option: it did not exist)."""
+    if not run.config:
+        return UNKNOWN
+    value = lookup(run.config, "loop.clip_grad_norm")
+    return "off" if not value else f"{float(value):g}"
+
+
 def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
     """The settings and provenance of ``runs``, one bullet each."""
     def width(r: Run) -> str:
@@ -35,7 +43,8 @@ def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
                   if r.setting("game.c") != UNKNOWN else UNKNOWN)]
     else:
         rows += [("data", lambda r: r.setting("dataset.name")), ("nets", width),
-                 ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size"))]
+                 ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size")),
+                 ("gradient clipping (loop.clip_grad_norm)", _clip)]
     rows += [("nodes", lambda r: r.setting("nodes")), ("topology", lambda r: r.topology),
              ("iterations (configured)", lambda r: UNKNOWN if r.target is None else str(r.target)),
              ("seeds", lambda r: str(r.seed)), ("step sizes", lambda r: UNKNOWN if r.lr is None else lr_text(r.lr)),

@@ -53,37 +53,51 @@ def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim
     return lines
 
 
-def sweep_runs(root: Path) -> list[Run]:
-    """Every run of ``fmnist/lr_sweep/lr<lr>/<method>/seed<s>/``."""
+def sweep_runs(root: Path, folder: str = "lr_sweep") -> list[Run]:
+    """Every run of ``fmnist/<folder>/lr<lr>/<method>/seed<s>/``."""
     runs = []
-    for lr_dir in sorted((root / "fmnist" / "lr_sweep").glob("lr*")):
+    for lr_dir in sorted((root / "fmnist" / folder).glob("lr*")):
         runs += method_runs(root, lr_dir)
     return runs
 
 
-def step_sizes(root: Path, out: Output) -> list[str]:
+def variant_folders(root: Path) -> list[str]:
+    """The ``fmnist/lr_sweep_<variant>/`` folders (e.g. a clipped variant), sorted."""
+    return sorted(p.name for p in (root / "fmnist").glob("lr_sweep_*") if p.is_dir())
+
+
+def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
     """Each method at every step size it ran (its seeds), its best step size, and the claims at
-    the best step sizes beside the claims at the presets' shared one."""
-    lines = ["## Fashion-MNIST: every method at its own step size", "",
-             "The paper compares all methods at one step size (Table 6: 5·10⁻⁵). At the same nominal η the methods "
-             "take steps of very different lengths, so each method is run here at several step sizes (the "
-             "miniature presets, seeds as stated) and compared at its best one: the step size with the lowest "
-             "mean final FID (node mean) over its finished seeds, among step sizes where no seed diverged.", ""]
-    sweep = sweep_runs(root)
+    the best step sizes beside the claims at the presets' shared one. The main sweep
+    (``lr_sweep``) shares its 2e-4 cells with the Figs. 2 and 3 miniatures; a variant folder
+    (``lr_sweep_<variant>``, run with other options such as loop.clip_grad_norm) holds all its own."""
+    variant = folder.removeprefix("lr_sweep").lstrip("_")
+    lines = [f"## Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}", ""]
+    lines += ["The paper compares all methods at one step size (Table 6: 5·10⁻⁵). At the same nominal η the methods "
+              "take steps of very different lengths, so each method is run here at several step sizes (the "
+              "miniature presets, seeds as stated) and compared at its best one: the step size with the lowest "
+              "mean final FID (node mean) over its finished seeds, among step sizes where no seed diverged.", ""]
+    if variant:
+        lines[-2] = (f"The same comparison for the runs in `results/fmnist/{folder}/` (the options that differ are "
+                     "listed under what was run).")
+    sweep = sweep_runs(root, folder)
     groups = [("one node (Fig. 2 miniature)", "fig2", claims.CLAIMS_FIG2),
               ("M = 5 (Fig. 3 miniature)", "fig3", claims.CLAIMS_FIG3)]
     if not sweep:
-        return lines + ["No committed runs under `results/fmnist/lr_sweep/`. Command: "
+        return lines + [f"No committed runs under `results/fmnist/{folder}/`. Command: "
                         "`bash scripts/fmnist_lr_sweep.sh`.", ""]
     for title, name, claim_list in groups:
-        preset = method_runs(root, root / "fmnist" / name)
         one_node = name == "fig2"
-        mine = [r for r in sweep if (r.setting("nodes") == "1") == one_node] + preset
+        mine = [r for r in sweep if (r.setting("nodes") == "1") == one_node]
+        preset = [] if variant else method_runs(root, root / "fmnist" / name)
+        if variant:
+            preset = [r for r in mine if r.lr == 2e-4]
+        mine += [] if variant else preset
         if not mine:
             continue
         cells = cells_of(mine)
         lines += [f"### {title}", ""] + what_was_run(mine) + score_table(cells)
-        path, link = out.figure(f"fmnist_step_sizes_{name}")
+        path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
         figures.step_sizes(cells, path)
         lines += [f"![final FID against step size, {title}]({link})", ""]
         best = best_cells(cells)
