@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
+.PHONY: install test report fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
 
 install: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -n $(WORKERS) --dist load
+
+# results/REPORT.md and results/report/*.png from the committed run directories (dadam3/report/)
+report: $(STAMP)
+	$(PY) -m dadam3.report --results results
 
 fig1: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/fig1_synthetic.sh

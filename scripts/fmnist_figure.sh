@@ -8,7 +8,8 @@
 # the last record of its metrics.jsonl decides), then draws IS and FID against iteration (node mean
 # solid, node-averaged model dashed, band of mean ± 1 sample SD over seeds) into
 # NAME_fidelity.png and writes summary.md (final IS / FID / KID, mean ± sample SD over seeds,
-# and the path of each method's last averaged-model sample grid of the first seed).
+# and the path of each method's last averaged-model sample grid of the first seed): quick looks,
+# git-ignored under results/; the committed tables and figures come from `make report`.
 # ITERATIONS=N: train to N iterations (overrides the preset); a run that finished short of N
 # is continued from its last checkpoint, so a long experiment can go as far as time allows
 # and be extended later. SMOKE=1: seconds-long CPU runs on the committed 1000-image subset.
@@ -76,19 +77,18 @@ for seed in $seeds; do
 done
 runs=()
 grids=()
-evaluated=()
 first=$(echo "$seeds" | awk '{print $1}')
 for opt in $optimizers; do
   dirs=$(for seed in $seeds; do printf '%s,' "$out/$opt/seed$seed"; done)
   runs+=(--run "${LABEL[$opt]:-$opt}=${dirs%,}")
-  for seed in $seeds; do evaluated+=("$out/$opt/seed$seed/metrics.jsonl"); done
   last=$(ls "$out/$opt/seed$first"/samples/iter_*_avg.png 2>/dev/null | tail -n 1 || true)
   if [ -n "$last" ]; then grids+=("[${LABEL[$opt]:-$opt}](${last#"$out/"})"); else grids+=("${LABEL[$opt]:-$opt}: none"); fi
 done
-if grep -qs '"is_mean"' "${evaluated[@]}"; then
-  "$PY" -m dadam3.plot fidelity "${runs[@]}" --out "$out/${name##*/}_fidelity.png"
-else   # every run diverged before its first evaluation: nothing to draw
+# a quick look beside the runs (git-ignored under results/; the report is `make report`): a run that
+# diverged before its first evaluation leaves nothing to draw, which is no reason to stop a sweep
+if ! "$PY" -m dadam3.plot fidelity "${runs[@]}" --out "$out/${name##*/}_fidelity.png" 2>/dev/null; then
   rm -f "$out/${name##*/}_fidelity.png"
+  echo "$name: no quick-look figure (a run has no evaluation)"
 fi
 "$PY" -m dadam3.plot summary "${runs[@]}" --out "$out/summary.md"
 echo "

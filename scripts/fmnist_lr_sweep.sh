@@ -1,47 +1,46 @@
 #!/usr/bin/env bash
-# Beyond the paper: the Fig. 3 methods on Fashion-MNIST (experiment=fmnist_fig3, seed 0 only: one
-# seed per step size) at other step sizes than the preset's shared 2e-4, so a reader can tell
-# whether a ranking is an artefact of that one step size:
-#   LRS="5e-5 8e-4"                   all four methods (Dadam3, Cadam3, DOSG, COSG)
-#   SGD_LRS="1.6e-3 3.2e-3 1.28e-2 5.12e-2"  DOSG and COSG only (plain SGD-type steps usually want a
-#                                     larger step size than Adam-type ones)
-# The 2e-4 rows are the seed-0 runs of scripts/fmnist_fig3.sh (not trained twice). Writes
-# results/fmnist/lr_sweep/lr<lr>/ (the runs, <lr>_fidelity.png, summary.md per step size) and
-# results/fmnist/lr_sweep/summary.md (every method at every step size it ran). SUMMARY_ONLY=1:
-# no training, just that summary from the runs that exist (an unfinished or diverged run says
-# so). A diverged run (NaN/Inf) is a result: it is not retrained. Extra arguments go to every run.
+# Every method at its own step sizes on Fashion-MNIST (the miniature presets), SEEDS (default
+# "0 1 2") each, so that results/REPORT.md can compare each method at its best step size beside
+# the paper's one shared step size:
+#   OAdagrad, one node (experiment=fmnist_fig2):     1e-3 3e-3 1e-2 3e-2
+#   Adam3, one node (experiment=fmnist_fig2):        8e-4
+#   DOSG and COSG, M = 5 (experiment=fmnist_fig3):   5e-5 2e-4 8e-4 1.1e-3 1.3e-3 1.6e-3 3.2e-3
+#   Dadam3 and Cadam3, M = 5 (experiment=fmnist_fig3): 8e-4
+# into results/fmnist/lr_sweep/lr<lr>/<method>/seed<s>/, except the presets' own step size 2e-4,
+# whose runs are those of scripts/fmnist_fig3.sh (results/fmnist/fig3/<method>/seed<s>/: the same
+# runs, trained once). PROBES=1 also runs the earlier single-seed probes that are committed too
+# (seed 0: DOSG and COSG at 1.28e-2 and 5.12e-2, Dadam3 and Cadam3 at 5e-5).
+# Like every Fashion-MNIST driver (scripts/fmnist_figure.sh) a finished or diverged run is skipped
+# and an interrupted one resumed, so the script can be stopped and called again. Extra arguments
+# are Hydra overrides for every run. VARIANT=NAME runs the whole grid, 2e-4 included, into
+# results/fmnist/lr_sweep_NAME/ instead: a variant with other options, e.g.
+#   VARIANT=clip10 bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=10
+# (the report gives each lr_sweep_* folder its own section). Tables and figures: `make report`
+# (results/REPORT.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the preset's length: a run that finished short of it (e.g. a probe with ITERATIONS=250) goes on
+# the presets' length: a run that finished short of it (a probe with ITERATIONS=250) goes on
 if [ "${SMOKE:-0}" != 1 ]; then export ITERATIONS=${ITERATIONS:-1500}; fi
-out=${FMNIST_OUT:-results/fmnist}
-lrs=${LRS-5e-5 8e-4}
-sgd_lrs=${SGD_LRS-1.6e-3 3.2e-3 1.28e-2 5.12e-2}
-if [ "${SUMMARY_ONLY:-0}" != 1 ]; then
-  for lr in $lrs; do
-    bash scripts/fmnist_figure.sh "lr_sweep/lr$lr" fmnist_fig3 "dadam3 cadam3 dosg cosg" 0 "optimizer.lr=$lr" "$@"
-  done
-  for lr in $sgd_lrs; do
-    bash scripts/fmnist_figure.sh "lr_sweep/lr$lr" fmnist_fig3 "dosg cosg" 0 "optimizer.lr=$lr" "$@"
-  done
+seeds=${SEEDS:-0 1 2}
+sweep=lr_sweep${VARIANT:+_$VARIANT}
+
+# cell LR EXPERIMENT "METHODS" SEEDS [overrides...]
+cell() {
+  local lr=$1 experiment=$2 methods=$3 these=$4
+  shift 4
+  if [ "$lr" = 2e-4 ] && [ "$experiment" = fmnist_fig3 ] && [ "$sweep" = lr_sweep ]; then
+    bash scripts/fmnist_figure.sh fig3 fmnist_fig3 "$methods" "$these" "$@"
+  else
+    bash scripts/fmnist_figure.sh "$sweep/lr$lr" "$experiment" "$methods" "$these" "optimizer.lr=$lr" "$@"
+  fi
+}
+
+for lr in 1e-3 3e-3 1e-2 3e-2; do cell "$lr" fmnist_fig2 oadagrad "$seeds" "$@"; done
+cell 8e-4 fmnist_fig2 adam3 "$seeds" "$@"
+for lr in 5e-5 2e-4 8e-4 1.1e-3 1.3e-3 1.6e-3 3.2e-3; do cell "$lr" fmnist_fig3 "dosg cosg" "$seeds" "$@"; done
+cell 8e-4 fmnist_fig3 "dadam3 cadam3" "$seeds" "$@"
+if [ "${PROBES:-0}" = 1 ]; then
+  for lr in 1.28e-2 5.12e-2; do cell "$lr" fmnist_fig3 "dosg cosg" 0 "$@"; done
+  cell 5e-5 fmnist_fig3 "dadam3 cadam3" 0 "$@"
 fi
-runs=()
-notes=()
-for opt in dadam3 cadam3 dosg cosg; do
-  case $opt in dosg|cosg) mine="$lrs $sgd_lrs" ;; *) mine=$lrs ;; esac
-  for lr in $(printf '%s\n' 2e-4 $mine | sort -g); do
-    dir=$out/lr_sweep/lr$lr/$opt/seed0
-    [ "$lr" = 2e-4 ] && dir=$out/fig3/$opt/seed0
-    [ -f "$dir/metrics.jsonl" ] || continue
-    runs+=(--run "$opt, lr $lr=$dir")
-    if tail -n 1 "$dir/metrics.jsonl" | grep -q '"status": "diverged"'; then
-      notes+=("$opt at lr $lr diverged: $(tail -n 1 "$dir/metrics.jsonl" | sed -n 's/.*"message": "\([^"]*\)".*/\1/p').")
-    fi
-  done
-done
-"${PYTHON:-python}" -m dadam3.plot summary "${runs[@]}" --out "$out/lr_sweep/summary.md"
-{
-  echo
-  echo "One seed (0) per step size. The lr 2e-4 rows are the seed-0 runs of Fig. 3 (\`fig3/<method>/seed0\`)."
-  if [ ${#notes[@]} -gt 0 ]; then echo; printf -- '- %s\n' "${notes[@]}"; fi
-} >> "$out/lr_sweep/summary.md"
+echo "tables and figures: make report (results/REPORT.md)"

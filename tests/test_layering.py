@@ -17,13 +17,14 @@ LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags")),
     ("run machinery", ("dadam3.topology", "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.",
                        "dadam3.checkpoint", "dadam3.checkpoint.files", "dadam3.checkpoint.rng",
-                       "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals")),
+                       "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
     ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
                     "dadam3.games", "dadam3.metrics", "dadam3.metrics.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
     ("training", ("dadam3.gan", "dadam3.gan.")),
     ("run", ("dadam3.run_dir", "dadam3.checkpoint.resume")),
-    ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.plot", "dadam3.sweep", "dadam3.job_log")),
+    ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.plot", "dadam3.sweep", "dadam3.job_log",
+                      "dadam3.report", "dadam3.report.")),
 )
 MAX_LINES = 350
 MAX_PARAMS = 10

@@ -35,8 +35,10 @@ import torch
 from dadam3.checkpoint import (CheckpointNotWritten, NodeList, checkpoint_path, rank_rows, restore_rng_state, stamped,
                                write_checkpoint)
 from dadam3.data.node_sampler import node_seed
+from dadam3.divergence import loss_beyond
 from dadam3.distributed.placement import Placement
 from dadam3.errors import RunStopped
+from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.records import LoggingWindow, bytes_record, consensus_record, gathered_net
 from dadam3.gan.stacked import StackedNet
@@ -116,6 +118,7 @@ class WGANTrainer:
             out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
         self.finite.note(out, self.state.iteration + 1)
         out["operator_norm"] = self._operator_norm()
+        self._clip(self.D, self.G)
         step_together([self.opt_d, self.opt_g])     # the gossip step: one exchange per round for both players
         return out
 
@@ -126,6 +129,7 @@ class WGANTrainer:
             with self._autocast():
                 out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self.finite.note(out, k)
+            self._clip(self.D)
             self.opt_d.step()
         z = self._noise(lambda g: torch.randn(self.s.batch_size, self.nz, generator=g, device=self.device,
                                               dtype=self.dtype))
@@ -134,6 +138,7 @@ class WGANTrainer:
         self.finite.note(g_out, k)
         out["loss_g"] = g_out["loss_g"]
         out["operator_norm"] = self._operator_norm()
+        self._clip(self.G)
         self.opt_g.step()
         return out
 
@@ -150,6 +155,12 @@ class WGANTrainer:
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16")
+
+    def _clip(self, *nets: StackedNet) -> None:
+        """``loop.clip_grad_norm`` (0: off): each node's gradients of each player to norm <= the bound."""
+        if self.s.clip_grad_norm:
+            for net in nets:
+                clip_node_grads_(net, self.s.clip_grad_norm)
 
     def _operator_norm(self) -> torch.Tensor:
         """Per node ||[grad_theta L_G, grad_alpha L_D]||_2 at the current point: [M]."""
@@ -207,6 +218,9 @@ class WGANTrainer:
         sent = mixer.bytes_sent if mixer is not None else np.zeros(pl.nodes)
         rec = {"iteration": k, "time": self.wall_time(), "status": "running", **st.window.means(pl),
                **consensus_record(self.G, self.D, pl), **bytes_record(sent)}
+        breach = loss_beyond(rec, self.s.diverge_above)      # divergence that is not NaN (every rank alike)
+        if breach is not None:
+            self._diverged(Divergence(breach.message, breach.node, k))
         if k % self.s.log_every == 0:
             st.window = LoggingWindow()
         if evaluate:

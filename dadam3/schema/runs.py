@@ -123,6 +123,10 @@ class LoopSettings(Node):
     progress: bool = knob(True, boolean, resume=True)         # tqdm bar with it/s and ETA
     # null: float32 (TF32 on CUDA) | bf16: forward/backward under torch.autocast (state and gossip stay fp32)
     autocast: Optional[str] = knob(None, Choice(("bf16",), none=True), resume=True)
+    # a logged loss with |value| beyond this stops the run as diverged (0: off; dadam3.divergence)
+    diverge_above: float = knob(1e6, Num(0.0), resume=True)
+    # per node and player, gradients scaled to global norm <= this before the step (0: off; gan/clipping.py)
+    clip_grad_norm: float = knob(0.0, Num(0.0), resume=True)
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""Markdown pieces every section uses: what was run (settings and provenance, "unknown" where a
+run did not record it) and the table of final scores per cell (mean ± sample SD, n stated)."""
+from __future__ import annotations
+
+from dadam3.report.runs import UNKNOWN, Run, lookup
+from dadam3.report.stats import Cell, fmt, lr_text
+
+SCORE_COLUMNS = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
+                 ("fid_mean", "FID (node mean)"), ("fid_avg_model", "FID (averaged model)"),
+                 ("kid_mean", "KID (node mean)")]
+
+
+def _values(runs: list[Run], get) -> str:
+    """The distinct values of ``get(run)``, sorted; unknown ones counted."""
+    vals = [get(r) for r in runs]
+    known = sorted({v for v in vals if v != UNKNOWN})
+    missing = sum(v == UNKNOWN for v in vals)
+    text = ", ".join(known)
+    if missing:
+        text += ("; " if text else "") + (UNKNOWN if missing == len(vals) else f"{UNKNOWN} for {missing} of "
+                                                                               f"{len(vals)} runs")
+    return text
+
+
+def _clip(run: Run) -> str:
+    """``off`` where the run did not clip (0, or a config from before the option: it did not exist)."""
+    if not run.config:
+        return UNKNOWN
+    value = lookup(run.config, "loop.clip_grad_norm")
+    return "off" if not value else f"{float(value):g}"
+
+
+def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
+    """The settings and provenance of ``runs``, one bullet each."""
+    def width(r: Run) -> str:
+        arch = r.setting("model.arch")
+        w = r.setting("model.width") if arch != "mlp" else r.setting("model.hidden")
+        return UNKNOWN if arch == UNKNOWN else f"{arch} ({'width' if arch != 'mlp' else 'hidden'} {w})"
+
+    rows: list = []
+    if synthetic:
+        rows += [("game", lambda r: f"c = {r.setting('game.c')}, k = {r.setting('game.k')}"
+                  if r.setting("game.c") != UNKNOWN else UNKNOWN)]
+    else:
+        rows += [("data", lambda r: r.setting("dataset.name")), ("nets", width),
+                 ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size")),
+                 ("gradient clipping (loop.clip_grad_norm)", _clip)]
+    rows += [("nodes", lambda r: r.setting("nodes")), ("topology", lambda r: r.topology),
+             ("iterations (configured)", lambda r: UNKNOWN if r.target is None else str(r.target)),
+             ("seeds", lambda r: str(r.seed)), ("step sizes", lambda r: UNKNOWN if r.lr is None else lr_text(r.lr)),
+             ("machine (device model)", lambda r: r.provenance_field("device_model")),
+             ("torch", lambda r: r.provenance_field("torch")),
+             ("code commit", lambda r: r.provenance_field("code_commit"))]
+    lines = [f"What was run ({len(runs)} run directories):", ""]
+    lines += [f"- {name}: {_values(runs, get)}" for name, get in rows]
+    return lines + [""]
+
+
+def score_table(cells: list[Cell], with_lr: bool = True) -> list[str]:
+    """Final scores per cell over its finished seeds, and what became of the other runs."""
+    head = ["method"] + (["step size"] if with_lr else []) + ["n (finished)"] + [h for _, h in SCORE_COLUMNS] + \
+        ["other runs"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in cells:
+        n = len(c.of("finished"))
+        others = [f"seed {r.seed}: {r.status_text()}" for r in c.runs if r.status != "finished"]
+        row = [c.label] + ([lr_text(c.lr)] if with_lr else []) + [f"{n} of {len(c.runs)}"]
+        row += [fmt(c.stat(k), k, with_n=False) for k, _ in SCORE_COLUMNS]
+        row.append("; ".join(others) or "–")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines + ["", "Final = the last evaluation of a finished run; mean ± sample SD (n − 1) over the finished "
+                        "seeds, n in the third column.", ""]
+
+
+def runs_table(runs: list[Run]) -> list[str]:
+    """Every run: its status and provenance."""
+    lines = ["| run directory | status | code commit | torch | device model |", "| --- | --- | --- | --- | --- |"]
+    for r in runs:
+        lines.append(f"| `{r.rel}` | {r.status_text()} | {r.provenance_field('code_commit')} | "
+                     f"{r.provenance_field('torch')} | {r.provenance_field('device_model')} |")
+    return lines + [""]

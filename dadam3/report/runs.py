@@ -1,0 +1,152 @@
+"""A committed run directory as the report reads it: records, status, final scores, settings and
+provenance. Nothing here is copied by hand; a setting a run did not record is ``UNKNOWN``."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dadam3.divergence import Breach, first_breach
+
+UNKNOWN = "unknown"
+LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3": "Cadam3", "dosg": "DOSG",
+         "cosg": "COSG", "dp_oadam": "DP-OAdam"}
+CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+
+
+def lookup(cfg: dict, *keys: str) -> Any:
+    """The first of the dotted ``keys`` present in ``cfg`` (older runs had the loop keys at the top)."""
+    for key in keys:
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            return node
+    return None
+
+
+@dataclass
+class Run:
+    """One run directory (``rel``: its path relative to ``results/``)."""
+    rel: str
+    method: str
+    seed: int | str
+    config: dict
+    provenance: list[dict]
+    records: list[dict] = field(repr=False, default_factory=list)
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return LABEL.get(self.method, self.method)
+
+    @property
+    def lr(self) -> float | None:
+        value = lookup(self.config, "optimizer.lr")
+        return float(value) if value is not None else None
+
+    @property
+    def last_iteration(self) -> int:
+        return max((r["iteration"] for r in self.records), default=0)
+
+    @property
+    def target(self) -> int | None:
+        value = lookup(self.config, "loop.iterations", "iterations")
+        return int(value) if value is not None else None
+
+    @cached_property
+    def breach(self) -> Breach | None:
+        """Where the run diverged: its own ``diverged`` record, else the rule (dadam3.divergence)."""
+        last = self.records[-1] if self.records else {}
+        if last.get("status") == "diverged":
+            return Breach(last["iteration"], last.get("node"), last.get("message", "diverged"))
+        return first_breach(self.records)
+
+    @property
+    def status(self) -> str:
+        """``finished`` | ``diverged`` | ``unfinished``."""
+        if self.breach is not None:
+            return "diverged"
+        return "finished" if self.records and self.records[-1].get("status") == "finished" else "unfinished"
+
+    def status_text(self) -> str:
+        if self.status == "diverged":
+            return f"diverged at iteration {self.breach.iteration} ({self.breach.message})"
+        if self.status == "unfinished":
+            of = f" of {self.target}" if self.target else ""
+            return f"unfinished (last iteration {self.last_iteration}{of})"
+        return f"finished ({self.last_iteration} iterations)"
+
+    def final(self, key: str) -> float | None:
+        """``key`` at the run's last evaluation (None: never evaluated, or not finite)."""
+        values = [r[key] for r in self.records if r.get(key) is not None]
+        return float(values[-1]) if values and math.isfinite(values[-1]) else None
+
+    def series(self, key: str) -> dict[int, float]:
+        return {r["iteration"]: float(r[key]) for r in self.records if r.get(key) is not None}
+
+    def provenance_field(self, key: str) -> str:
+        values = sorted({str(s.get(key, UNKNOWN)) for s in self.provenance})
+        return ", ".join(v[:12] if key == "code_commit" else v for v in values) if values else UNKNOWN
+
+    def setting(self, *keys: str) -> str:
+        value = lookup(self.config, *keys)
+        return UNKNOWN if value is None else str(value)
+
+    @property
+    def topology(self) -> str:
+        if self.method in CENTRALISED:
+            return "complete"
+        return self.setting("topology.name")
+
+
+def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
+    """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``."""
+    prov_path = directory / "provenance.json"
+    provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else []
+    config = _yaml(directory / "config_resolved.yaml") or _yaml(directory / ".hydra" / "config.yaml")
+    overrides = _yaml(directory / ".hydra" / "overrides.yaml") or []
+    return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance,
+               read_jsonl(directory / "metrics.jsonl"), list(overrides) if isinstance(overrides, list) else [])
+
+
+def sample_grid(root: Path, run: Run) -> str | None:
+    """The run's last sample grid of the node-averaged model, relative to ``root``."""
+    grids = sorted((root / run.rel / "samples").glob("iter_*_avg.png"))
+    return grids[-1].relative_to(root).as_posix() if grids else None
+
+
+def read_metrics_csv(path: Path) -> dict[str, list[float]]:
+    """A synthetic run's ``metrics.csv`` as columns of floats."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {})}
+
+
+def seed_dirs(parent: Path) -> list[tuple[int, Path]]:
+    """``seed<s>/`` folders of ``parent`` holding a metrics.jsonl, by seed."""
+    found = [(int(d.name[4:]), d) for d in parent.glob("seed*") if d.name[4:].isdigit()
+             and (d / "metrics.jsonl").is_file()]
+    return sorted(found)
+
+
+def method_runs(root: Path, experiment: Path) -> list[Run]:
+    """Every ``<method>/seed<s>/`` run under ``experiment`` (sorted by method, then seed)."""
+    runs = []
+    for method_dir in sorted(p for p in experiment.iterdir() if p.is_dir()) if experiment.is_dir() else []:
+        runs += [load_run(root, d, method_dir.name, s) for s, d in seed_dirs(method_dir)]
+    return runs

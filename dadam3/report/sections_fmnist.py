@@ -1,0 +1,178 @@
+"""The Fashion-MNIST sections: the Figs. 2 and 3 miniatures (one step size, as in the paper), every
+method at its own step sizes (the best step size beside the paper's shared one), the paper-scale
+runs, bf16 autocast and the scale of the scores."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dadam3.report import claims, figures
+from dadam3.report.common import score_table, what_was_run
+from dadam3.report.output import Output
+from dadam3.report.runs import Run, load_run, method_runs, sample_grid
+from dadam3.report.stats import Cell, best_cells, cells_of, claim_verdicts, fmt, lr_text
+
+SEPARATED = ("(final FID, node mean; separated = both n ≥ 2 and the means differ by more than the sum of their "
+             "sample SDs)")
+FIDELITY_PANELS = [("is_mean", "IS (higher is better)", "is_avg_model"),
+                   ("fid_mean", "FID (lower is better)", "fid_avg_model")]
+
+
+def _curves(runs: list[Run], out: Output, name: str, title: str) -> str:
+    groups: dict[str, list[Run]] = {}
+    for c in cells_of([r for r in runs if r.status != "diverged" and r.series("fid_mean")]):
+        groups[f"{c.label}, lr {lr_text(c.lr)}"] = c.runs
+    if not groups:
+        return "No run was evaluated, so there are no curves."
+    path, link = out.figure(name)
+    figures.curves(groups, FIDELITY_PANELS, title + " (solid: node mean, dashed: averaged model; band: ± 1 sample SD)",
+                   path)
+    return f"![{title}]({link})"
+
+
+def _grids(root: Path, cells: list[Cell]) -> str:
+    links = []
+    for c in cells:
+        grid = next((g for r in c.runs if (g := sample_grid(root, r))), None)
+        links.append(f"[{c.label}, lr {lr_text(c.lr)}]({grid})" if grid else f"{c.label}: none")
+    return "Last sample grid of the node-averaged model (lowest seed with one): " + ", ".join(links) + "."
+
+
+def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim_list) -> list[str]:
+    """A miniature (or paper-scale) figure: its methods at the preset's one step size."""
+    lines = [f"## {title}", "", claim, ""]
+    runs = method_runs(root, root / "fmnist" / name)
+    if not runs:
+        return lines + [f"No committed runs under `results/fmnist/{name}/`.", ""]
+    cells = cells_of(runs)
+    lines += what_was_run(runs) + score_table(cells)
+    lines += [_curves(runs, out, f"fmnist_{name}", title), "", _grids(root, cells), ""]
+    verdicts = claim_verdicts(claim_list, {c.method: c for c in cells})
+    if verdicts:
+        lines += [f"**Verdict** {SEPARATED}: " + "; ".join(verdicts) + ".", ""]
+    return lines
+
+
+def sweep_runs(root: Path, folder: str = "lr_sweep") -> list[Run]:
+    """Every run of ``fmnist/<folder>/lr<lr>/<method>/seed<s>/``."""
+    runs = []
+    for lr_dir in sorted((root / "fmnist" / folder).glob("lr*")):
+        runs += method_runs(root, lr_dir)
+    return runs
+
+
+def variant_folders(root: Path) -> list[str]:
+    """The ``fmnist/lr_sweep_<variant>/`` folders (e.g. a clipped variant), sorted."""
+    return sorted(p.name for p in (root / "fmnist").glob("lr_sweep_*") if p.is_dir())
+
+
+def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
+    """Each method at every step size it ran (its seeds), its best step size, and the claims at
+    the best step sizes beside the claims at the presets' shared one. The main sweep
+    (``lr_sweep``) shares its 2e-4 cells with the Figs. 2 and 3 miniatures; a variant folder
+    (``lr_sweep_<variant>``, run with other options such as loop.clip_grad_norm) holds all its own."""
+    variant = folder.removeprefix("lr_sweep").lstrip("_")
+    lines = [f"## Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}", ""]
+    lines += ["The paper compares all methods at one step size (Table 6: 5·10⁻⁵). At the same nominal η the methods "
+              "take steps of very different lengths, so each method is run here at several step sizes (the "
+              "miniature presets, seeds as stated) and compared at its best one: the step size with the lowest "
+              "mean final FID (node mean) over its finished seeds, among step sizes where no seed diverged.", ""]
+    if variant:
+        lines[-2] = (f"The same comparison for the runs in `results/fmnist/{folder}/` (the options that differ are "
+                     "listed under what was run).")
+    sweep = sweep_runs(root, folder)
+    groups = [("one node (Fig. 2 miniature)", "fig2", claims.CLAIMS_FIG2),
+              ("M = 5 (Fig. 3 miniature)", "fig3", claims.CLAIMS_FIG3)]
+    if not sweep:
+        return lines + [f"No committed runs under `results/fmnist/{folder}/`. Command: "
+                        "`bash scripts/fmnist_lr_sweep.sh`.", ""]
+    for title, name, claim_list in groups:
+        one_node = name == "fig2"
+        mine = [r for r in sweep if (r.setting("nodes") == "1") == one_node]
+        preset = [] if variant else method_runs(root, root / "fmnist" / name)
+        if variant:
+            preset = [r for r in mine if r.lr == 2e-4]
+        mine += [] if variant else preset
+        if not mine:
+            continue
+        cells = cells_of(mine)
+        lines += [f"### {title}", ""] + what_was_run(mine) + score_table(cells)
+        path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
+        figures.step_sizes(cells, path)
+        lines += [f"![final FID against step size, {title}]({link})", ""]
+        best = best_cells(cells)
+        at_preset = {c.method: c for c in cells_of(preset)}
+        lines += ["| method | best step size | final FID there | final IS there | preset step size | "
+                  "final FID at the preset |", "| --- | --- | --- | --- | --- | --- |"]
+        for method in dict.fromkeys(c.method for c in cells):
+            b, p = best.get(method), at_preset.get(method)
+            lab = (b or p or next(c for c in cells if c.method == method)).label
+            lines.append(f"| {lab} | {lr_text(b.lr) if b else 'none (all diverged or unfinished)'} | "
+                         f"{fmt(b.stat('fid_mean'), 'fid_mean') if b else '–'} | "
+                         f"{fmt(b.stat('is_mean'), 'is_mean') if b else '–'} | {lr_text(p.lr) if p else '–'} | "
+                         f"{fmt(p.stat('fid_mean'), 'fid_mean') if p else '–'} |")
+        at_best = claim_verdicts(claim_list, best)
+        at_shared = claim_verdicts(claim_list, at_preset)
+        lines += ["", f"**Verdict** {SEPARATED}: at each method's best step size: "
+                  + ("; ".join(at_best) or "no claim can be checked") + "; at the presets' shared step size: "
+                  + ("; ".join(at_shared) or "no claim can be checked") + ".", ""]
+    return lines
+
+
+def bf16(root: Path, out: Output) -> list[str]:
+    lines = ["## Fashion-MNIST: bf16 autocast against float32", "", claims.BF16, ""]
+    dirs = [root / "fmnist" / "bf16" / v for v in ("float32", "bf16")]
+    if not all((d / "metrics.jsonl").is_file() for d in dirs):
+        return lines + ["No committed runs under `results/fmnist/bf16/`.", ""]
+    f32, b16 = (load_run(root, d, d.name, 0) for d in dirs)
+    for r in (f32, b16):
+        r.seed = r.setting("seed")
+    lines += what_was_run([f32, b16])
+    lines += [f"- float32 run: {f32.status_text()}; bf16 run: {b16.status_text()} "
+              f"(autocast: {_autocast(f32)} / {_autocast(b16)})", ""]
+    keys = ("is_avg_model", "fid_avg_model", "kid_avg_model")
+    both = sorted(set(f32.series(keys[1])) & set(b16.series(keys[1])))
+    lines += ["Scores of the node-averaged model at every evaluation both runs reached (raw KID, as logged):", "",
+              "| iteration | IS float32 | IS bf16 | FID float32 | FID bf16 | KID float32 | KID bf16 |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for k in both:
+        cells = [f"{r.series(key)[k]:.{2 if key != 'fid_avg_model' else 1}f}" for key in keys for r in (f32, b16)]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    path, link = out.figure("fmnist_bf16")
+    figures.curves({"float32": [f32], "bf16": [b16]}, FIDELITY_PANELS, "bf16 autocast vs float32, Dadam3, seed 0", path)
+    lines += ["", f"![bf16]({link})", ""]
+    if both:
+        k = both[-1]
+        a, b = f32.series("fid_avg_model")[k], b16.series("fid_avg_model")[k]
+        lines += [f"**Verdict:** one seed each, so not a verdict on bf16 in general; at iteration {k}, the last both "
+                  f"runs evaluated, the averaged model's FID is {b:.1f} with bf16 against {a:.1f} with float32 "
+                  f"({'worse' if b > a else 'not worse'} with bf16).", ""]
+    return lines
+
+
+def _autocast(run: Run) -> str:
+    """``loop.autocast`` as the run recorded it (``null``: float32)."""
+    for node in (run.config, run.config.get("loop") or {}):
+        if "autocast" in node:
+            return "null" if node["autocast"] is None else str(node["autocast"])
+    return "unknown"
+
+
+def reference_values(root: Path) -> list[str]:
+    path = root / "fmnist" / "reference_values.json"
+    if not path.is_file():
+        return []
+    ref = json.loads(path.read_text())
+    setup, values = ref.get("setup", {}), ref.get("values", {})
+    lines = ["## The scale of the Fashion-MNIST scores", "",
+             f"IS, FID and KID here use the Fashion-MNIST classifier (`{setup.get('feature_extractor', 'unknown')}`, "
+             f"test accuracy {setup.get('classifier_test_accuracy', 'unknown')}) against the 60 000 training images, "
+             "so they are on their own scale; these two rows (from `fmnist/reference_values.json`, written by "
+             "`scripts/fmnist_reference_values.py`) bound it:", "",
+             "| images | IS | FID | KID |", "| --- | --- | --- | --- |"]
+    names = {"test": "real test set (10 000)", "noise": "uniform noise in [-1, 1] (10 000)"}
+    for key, v in values.items():
+        lines.append(f"| {names.get(key, key)} | {v['is_mean']:.3f} ± {v['is_std']:.3f} | {v['fid']:.4g} | "
+                     f"{v['kid_mean']:.4g} ± {v['kid_std']:.3g} |")
+    return lines + ["", "IS and KID: mean ± SD over torch-fidelity's splits / subsets.", ""]
+

@@ -1,0 +1,179 @@
+"""make report (dadam3/report): a tiny fake results tree in the real run-directory format (records
+like results/fmnist/fig3/dosg/seed0/metrics.jsonl) -> the tables (mean ± sample SD, n), the best
+step size, the divergence rule, 'unknown' provenance, stale files removed, identical bytes twice."""
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from dadam3.divergence import FROZEN_RECORDS, first_breach, frozen_from, loss_beyond
+from dadam3.report.build import write
+from dadam3.report.runs import load_run
+from trainer_runs import ROOT
+
+CONFIG = """nodes: 5
+seed: {seed}
+iterations: 100
+batch_size: 32
+dataset:
+  name: fashion_mnist
+model:
+  arch: dcgan32
+  width: 0.0625
+optimizer:
+  name: {method}
+  lr: {lr}
+topology:
+  name: ring
+"""
+PROVENANCE = [{"from_iteration": 0, "code_commit": "abcdef0123456789abcdef0123456789abcdef01", "torch": "2.14.1",
+               "python": "3.11.7", "device": "cpu", "device_model": "Test CPU", "torch_threads": 1}]
+
+
+def record(k, loss=1.0, scores=None, nodes=5, step=0.0):
+    """A logging record as the trainer writes it (loss keys with their per-node lists)."""
+    rec = {"iteration": k, "time": 0.1 * k, "status": "running"}
+    for key, value in (("loss_d", loss), ("loss_g", -loss / 2 + step), ("gp", 0.1 + step), ("wasserstein", loss / 3)):
+        rec[key] = value
+        rec[f"{key}_nodes"] = [value] * nodes
+    rec["operator_norm"] = 10.0
+    if scores is not None:
+        fid, is_ = scores
+        rec.update({"is_avg_model": is_, "is_mean": is_, "fid_avg_model": fid, "fid_mean": fid,
+                    "kid_avg_model": fid / 20, "kid_mean": fid / 20})
+    return rec
+
+
+def healthy(fid, is_=4.0, end=100, finished=True):
+    recs = [record(k, loss=1.0 + k / 1000, step=k / 1e4, scores=(fid + 50 * (k < end), is_) if k % 50 == 0 else None)
+            for k in range(25, end + 1, 25)]
+    return recs + ([{"iteration": end, "status": "finished", "time": 12.0}] if finished else [])
+
+
+def make_run(root, rel, method, lr, seed, recs, provenance=False):
+    d = root / rel
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "config_resolved.yaml").write_text(CONFIG.format(seed=seed, method=method, lr=lr))
+    if provenance:
+        (d / "provenance.json").write_text(json.dumps(PROVENANCE))
+    return d
+
+
+FIG3_FID = {"dadam3": (100.0, 110.0, 120.0), "cadam3": (95.0, 105.0, 115.0), "dosg": (400.0, 402.0, 404.0),
+            "cosg": (401.0, 403.0, 405.0)}
+SWEEP_FID = (80.0, 84.0, 90.0)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "results"
+    for method, fids in FIG3_FID.items():
+        for seed, fid in enumerate(fids):
+            make_run(root, f"fmnist/fig3/{method}/seed{seed}", method, 2e-4, seed, healthy(fid))
+    for seed, fid in enumerate(SWEEP_FID):
+        make_run(root, f"fmnist/lr_sweep/lr8e-4/dadam3/seed{seed}", "dadam3", 8e-4, seed, healthy(fid), provenance=True)
+    # DOSG at 1.6e-3: seed 0 explodes (1.4e17) then freezes, seed 1 has the best FID of all but seed 0 diverged
+    exploded = [record(25, loss=1.4e17)] + [record(k, loss=10.0) for k in range(50, 301, 25)]
+    make_run(root, "fmnist/lr_sweep/lr1.6e-3/dosg/seed0", "dosg", 1.6e-3, 0, exploded, provenance=True)
+    make_run(root, "fmnist/lr_sweep/lr1.6e-3/dosg/seed1", "dosg", 1.6e-3, 1, healthy(50.0), provenance=True)
+    nan = [record(25), {"iteration": 31, "status": "diverged", "node": 2, "time": 1.0,
+                        "message": "NaN/Inf in loss_d of node 2 at iteration 31"}]
+    make_run(root, "fmnist/lr_sweep/lr3.2e-3/cosg/seed0", "cosg", 3.2e-3, 0, nan, provenance=True)
+    make_run(root, "fmnist/lr_sweep/lr8e-4/cosg/seed0", "cosg", 8e-4, 0, healthy(390.0, end=75, finished=False),
+             provenance=True)
+    (root / "report").mkdir()
+    (root / "report" / "old_figure.png").write_bytes(b"stale")
+    (root / "fmnist" / "fig2").mkdir(parents=True)
+    (root / "fmnist" / "fig2" / "samples_adam3.png").write_bytes(b"stale copy")
+    return root
+
+
+def row(text, start):
+    return next(line for line in text.splitlines() if line.startswith(start))
+
+
+def test_table_gives_mean_and_sample_sd_with_n(tree):
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    fids = FIG3_FID["dadam3"]
+    mean, sd = statistics.fmean(fids), statistics.stdev(fids)
+    line = row(text, "| Dadam3 | 0.0002 | 3 of 3 |")
+    assert f"| {mean:.1f} ± {sd:.1f} |" in line
+    assert f"{statistics.fmean(SWEEP_FID):.1f} ± {statistics.stdev(SWEEP_FID):.1f}" in row(text, "| Dadam3 | 0.0008 |")
+
+
+def test_best_step_size_skips_a_step_size_where_a_seed_diverged(tree):
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    best = text[text.index("| method | best step size |"):]
+    assert row(best, "| Dadam3 |").startswith("| Dadam3 | 0.0008 | 84.7 ± 5.0 (n = 3) |")
+    assert row(best, "| DOSG |").startswith("| DOSG | 0.0002 |")      # 1.6e-3 has FID 50 on seed 1, but seed 0 diverged
+    assert row(best, "| Cadam3 |").startswith("| Cadam3 | 0.0002 |")
+
+
+def test_divergence_rule_names_the_exploded_and_frozen_run(tree):
+    run = load_run(tree, tree / "fmnist/lr_sweep/lr1.6e-3/dosg/seed0", "dosg", 0)
+    assert run.status == "diverged" and run.breach.iteration == 25 and run.breach.node == 0
+    assert "loop.diverge_above" in run.breach.message
+    frozen = frozen_from(run.records)
+    assert frozen is not None and frozen.iteration == 50
+    assert first_breach(run.records[1:]).iteration == 50              # without the explosion, the freeze alone
+    assert loss_beyond(record(5, loss=2e6), 0) is None                  # 0: the bound is off
+    moving = [record(k, loss=1.0, step=k / 100) for k in range(25, 25 * (FROZEN_RECORDS + 3), 25)]
+    assert first_breach(moving) is None
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    assert "seed 0: diverged at iteration 25 (loss_d = 1.4e+17, beyond ±1e+06" in row(text, "| DOSG | 0.0016 |")
+    assert "diverged at iteration 31 (NaN/Inf in loss_d of node 2" in row(text, "| COSG | 0.0032 |")
+
+
+def test_unfinished_run_is_marked_with_its_last_iteration(tree):
+    write(tree)
+    assert "seed 0: unfinished (last iteration 75 of 100)" in row((tree / "REPORT.md").read_text(), "| COSG | 0.0008 |")
+
+
+def test_provenance_is_given_or_unknown(tree):
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    assert row(text, "| `fmnist/fig3/dadam3/seed0` |").endswith("| unknown | unknown | unknown |")
+    assert row(text, "| `fmnist/lr_sweep/lr8e-4/dadam3/seed0` |").endswith("| abcdef012345 | 2.14.1 | Test CPU |")
+    assert "- code commit: abcdef012345; unknown for 12 of 19 runs" in text
+
+
+def test_verdicts_are_computed_from_the_numbers(tree):
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    verdict = row(text[text.index("## Fashion-MNIST: Fig. 3 in miniature"):], "**Verdict**")
+    assert "Dadam3 ≫ DOSG: holds" in verdict and "Dadam3 ≈ Cadam3: holds (not separated)" in verdict
+
+
+def test_twice_gives_identical_bytes_and_stale_files_go(tree):
+    removed = write(tree)
+    assert {p.name for p in removed} == {"old_figure.png", "samples_adam3.png"}
+    first = {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
+    assert write(tree) == []
+    assert first == {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
+    assert any(p.suffix == ".png" and p.parent.name == "report" for p in first)
+
+
+def test_cli_refuses_a_missing_results_folder(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dadam3.report", "--results", str(tmp_path / "nope")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --results=")
+
+
+def test_a_variant_sweep_gets_its_own_section_with_its_clipping(tree):
+    d = make_run(tree, "fmnist/lr_sweep_clip1/lr8e-4/dosg/seed0", "dosg", 8e-4, 0, healthy(300.0), provenance=True)
+    cfg = (d / "config_resolved.yaml").read_text().replace("iterations: 100\n", "loop:\n  iterations: 100\n"
+                                                            "  clip_grad_norm: 1.0\n")
+    (d / "config_resolved.yaml").write_text(cfg)
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    section = text[text.index("## Fashion-MNIST: every method at its own step size, variant clip1"):]
+    assert "- gradient clipping (loop.clip_grad_norm): 1\n" in section
+    assert "| DOSG | 0.0008 | 1 of 1 |" in section
+    assert "- gradient clipping (loop.clip_grad_norm): off\n" in text      # the unclipped runs
+    assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()
