@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dadam3.gan.grouped_conv import grouped_conv2d
 from dadam3.gan.nets import SequentialNet, build_nets
 
 NODE_MAJOR = "node_major"          # [M, B, C, ...]
@@ -95,13 +96,20 @@ class _StackedConv(nn.Module):
 
 
 class StackedConv2d(_StackedConv):
-    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
+    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv.
+
+    ``first_order_backward`` (default True): run it as :func:`~dadam3.gan.grouped_conv.grouped_conv2d`,
+    whose backward is made of first-order grouped ops, so the gradient penalty's double backward
+    never reaches torch's per-group loop; False: the stock ``F.conv2d`` (the reference)."""
+
+    first_order_backward = True
 
     def forward(self, h):
         m = self.num_nodes
         weight, h = self._format(self.weight.reshape(m * self.out_channels, *self.weight.shape[2:]), h)
         bias = None if self.bias is None else self.bias.reshape(-1)
-        return F.conv2d(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
+        conv = grouped_conv2d if self.first_order_backward else F.conv2d
+        return conv(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
 
 
 class StackedConvTranspose2d(_StackedConv):
@@ -267,6 +275,14 @@ class StackedNet(nn.Module):
         for layer in self.layers:
             if isinstance(layer, _StackedConv):
                 layer.channels_last = enabled
+        return self
+
+    def use_first_order_backward(self, enabled: bool = True) -> "StackedNet":
+        """Convolutions with the first-order backward (:mod:`dadam3.gan.grouped_conv`, the default)
+        or the stock ``F.conv2d`` (``enabled=False``, the reference path)."""
+        for layer in self.layers:
+            if isinstance(layer, StackedConv2d):
+                layer.first_order_backward = enabled
         return self
 
     @classmethod
