@@ -29,6 +29,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from dadam3.gossip_stencil import compiled_stencil_mix, cyclic_shifts, stencil_mix, use_stencil
 from dadam3.topology import Topology
 
 
@@ -80,17 +81,47 @@ class Mixer:
         raise NotImplementedError
 
 
-class LocalMixer(Mixer):
-    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor."""
+KERNELS = ("matmul", "stencil", "auto")
 
-    def __init__(self, topology: Topology):
+
+class LocalMixer(Mixer):
+    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor.
+
+    ``kernel``: ``"matmul"`` (the default and the reference: one matmul per tensor),
+    ``"stencil"`` (:mod:`dadam3.gossip_stencil`: a sum over the cyclic shifts W uses, no
+    matmul; fused by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"`` (the stencil on
+    CUDA for sparse graphs by :func:`~dadam3.gossip_stencil.use_stencil`, the matmul otherwise —
+    on the CPU the matmul already moves the bytes floor)."""
+
+    def __init__(self, topology: Topology, kernel: str = "matmul"):
         super().__init__(topology)
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel={kernel!r}: must be one of {', '.join(KERNELS)}")
+        self.kernel = kernel
         self._ops: dict[tuple, torch.Tensor] = {}
+        self._stencils: dict[tuple, tuple[tuple[int, ...], torch.Tensor]] = {}
         self.identity = self.nodes == 1
 
+    def _phase(self, k: int) -> int:
+        return 0 if not self.topology.time_varying else ((k - 1) * self.topology.rounds) % self.topology.period
+
+    def stencil(self, k: int, device, dtype) -> tuple[tuple[int, ...], torch.Tensor]:
+        """(shifts, coefficients ``[S, M, 1]``) of the iteration-k operator W_k^t (cached per phase)."""
+        key = (self._phase(k), str(device), dtype)
+        if key not in self._stencils:
+            shifts, coeffs = cyclic_shifts(self.topology.operator(k))
+            self._stencils[key] = (shifts, torch.as_tensor(coeffs, device=device, dtype=dtype).unsqueeze(-1))
+        return self._stencils[key]
+
+    def _uses_stencil(self, k: int, t: torch.Tensor) -> bool:
+        if self.kernel != "auto":
+            return self.kernel == "stencil"
+        if t.device.type != "cuda" or not t.is_floating_point():
+            return False
+        return use_stencil(len(self.stencil(k, t.device, t.dtype)[0]), self.nodes)
+
     def operator(self, k: int, device, dtype) -> torch.Tensor:
-        phase = 0 if not self.topology.time_varying else ((k - 1) * self.topology.rounds) % self.topology.period
-        key = (phase, str(device), dtype)
+        key = (self._phase(k), str(device), dtype)
         if key not in self._ops:
             self._ops[key] = torch.as_tensor(self.topology.operator(k), device=device, dtype=dtype)
         return self._ops[key]
@@ -113,6 +144,12 @@ class LocalMixer(Mixer):
             if t.shape[0] != M:
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
+        if self._uses_stencil(k, tensors[0]):
+            mix = compiled_stencil_mix() if tensors[0].device.type == "cuda" else stencil_mix
+            for t, o in zip(tensors, out):
+                shifts, coeffs = self.stencil(k, t.device, t.dtype)
+                mix(t.reshape(M, -1), coeffs, shifts, o.view(M, -1))
+            return list(out)
         with ieee_fp32_matmul(tensors[0].device):
             for t, o in zip(tensors, out):
                 Wt = self.operator(k, t.device, t.dtype)

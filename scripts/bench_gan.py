@@ -317,14 +317,25 @@ def make_nets(M: int, width: float, device, dtype):
     return G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
 
 
+VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="matmul")
+
+
 def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
-                 compile: bool | None = None, channels_last: bool = False):
+                 compile: bool | None = None, variants: dict | None = None):
     """The batched iteration: wgan_gp_step on the stacked nets, then both Dadam3 steps together
-    (one mixer call per gossip round for both players). Returns the iteration and its parts."""
+    (one mixer call per gossip round for both players). Returns the iteration and its parts.
+    ``variants``: overrides of :data:`VARIANTS` (NHWC convolutions, torch's own double backward,
+    the gossip kernel)."""
+    v = {**VARIANTS, **(variants or {})}
+    channels_last, stock_conv_backward, gossip_kernel = v["channels_last"], v["stock_conv_backward"], v["gossip_kernel"]
     G, D = make_nets(M, width, device, dtype)
     G.use_channels_last(channels_last)
     D.use_channels_last(channels_last)
+    G.use_first_order_backward(not stock_conv_backward)
+    D.use_first_order_backward(not stock_conv_backward)
     mixer = mixer_for("dadam3", M, topology=topology)
+    if hasattr(mixer, "kernel"):          # LocalMixer (M > 1): matmul | stencil | auto
+        mixer.kernel = gossip_kernel
     opt_g = build_optimizer("dadam3", G.parameters(), mixer, compile=compile, **HPARAMS)
     opt_d = build_optimizer("dadam3", D.parameters(), mixer, compile=compile, **HPARAMS)
     real, z, eps = make_inputs(M, batch, device, dtype)
@@ -404,6 +415,12 @@ def main() -> None:
                    help="fuse the optimizer update with torch.compile (auto: on CUDA)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
     p.add_argument("--channels-last", action="store_true", help="NHWC convolutions (StackedNet.use_channels_last)")
+    p.add_argument("--stock-conv-backward", action="store_true",
+                   help="the critic's convolutions with torch's own double backward (its per-group loop; "
+                        "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
+    p.add_argument("--gossip-kernel", choices=["matmul", "stencil", "auto"], default="matmul",
+                   help="LocalMixer kernel: the [M,M]x[M,P] matmul (default), the neighbour stencil "
+                        "(torch.compile-fused on CUDA), or auto (stencil on CUDA for sparse graphs)")
     a = p.parse_args()
     t_start = time.perf_counter()
 
@@ -474,7 +491,8 @@ def main() -> None:
         # (a) batched: FLOP count (= first, untimed iteration), warm-up, timed pass(es)
         compile_ = {"auto": None, "on": True, "off": False}[a.compile]
         batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_,
-                                                a.channels_last)
+                                                dict(channels_last=a.channels_last, gossip_kernel=a.gossip_kernel,
+                                                     stock_conv_backward=a.stock_conv_backward))
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(max(1, warmup // 2)):       # compiles the fused update before the FLOP count

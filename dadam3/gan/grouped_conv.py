@@ -96,7 +96,7 @@ class GroupedConv2dFunction(torch.autograd.Function):
 def _autocast_cast(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """The operands as autocast would hand them to ``conv2d`` (unchanged outside autocast)."""
     device = tensors[0].device.type
-    if not torch.is_autocast_enabled(device):
+    if not torch.amp.is_autocast_available(device) or not torch.is_autocast_enabled(device):
         return tensors
     dtype = torch.get_autocast_dtype(device)
     return [t if t is None or not t.is_floating_point() else t.to(dtype) for t in tensors]
