@@ -139,7 +139,7 @@ def test_stencil_runs_no_matmul_so_float32_cannot_be_tf32():
 
 
 def test_auto_kernel_chooses_by_device_and_graph_density():
-    from dadam3.gossip_stencil import cyclic_shifts, use_stencil
+    from dadam3.mixing import cyclic_shifts, use_stencil
     shifts = {name: len(cyclic_shifts(build_topology(name, 15).operator(1))[0])
               for name in ("ring", "torus", "complete")}
     assert shifts["ring"] == 3 and shifts["complete"] == 15
@@ -176,7 +176,7 @@ def test_compiled_stencil_is_one_fused_kernel_and_equal_in_float64():
     kernel per flat buffer (each row read once, written once), equal to the matmul."""
     from torch._inductor import metrics
 
-    from dadam3.gossip_stencil import compiled_stencil_mix, cyclic_shifts
+    from dadam3.mixing import compiled_stencil_mix, cyclic_shifts
     topo = build_topology("ring", 5)
     shifts, coeffs = cyclic_shifts(topo.operator(1))
     x = _random_rows(5, P=1000)[0]
