@@ -23,6 +23,7 @@ sharding and writing: :mod:`dadam3.checkpoint`).
 """
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from dadam3.checkpoint import (CheckpointNotWritten, NodeList, checkpoint_path, 
 from dadam3.data.node_sampler import node_seed
 from dadam3.distributed.placement import Placement
 from dadam3.errors import RunStopped
+from dadam3.gan.cuda_graph import GraphedGradients
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.records import LoggingWindow, bytes_record, consensus_record, gathered_net
 from dadam3.gan.stacked import StackedNet
@@ -112,12 +114,38 @@ class WGANTrainer:
         """One iteration; returns per-node values [M] for the records."""
         if self.s.n_critic > 1:
             return self._alternating_step()
-        with self._autocast():                                              # gradients of the game at Z_k
-            out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+        graphed = self._graphed()
+        if graphed is not None:                                             # cuda.graphs=true
+            out = graphed(self._draw_into)
+        else:
+            with self._autocast():                                          # gradients of the game at Z_k
+                out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
         self.finite.note(out, self.state.iteration + 1)
         out["operator_norm"] = self._operator_norm()
         step_together([self.opt_d, self.opt_g])     # the gossip step: one exchange per round for both players
         return out
+
+    def _graphed(self) -> GraphedGradients | None:
+        """The CUDA-graph gradient evaluation when the run's ``cuda.graphs`` is true (built on first
+        use; where it cannot capture it says why once and runs the same evaluation eagerly)."""
+        if not ((self.config or {}).get("cuda") or {}).get("graphs", False):
+            return None
+        if getattr(self, "_graph", None) is None:
+            real, z, eps = self._draw()
+            self._graph = GraphedGradients(self.G, self.D, (real.shape, z.shape, eps.shape), self.device, self.dtype,
+                                           self.s.gp_lambda, autocast=self.s.autocast == "bf16")
+            self._first_draw = (real, z, eps)
+        if self._graph.reason is not None and not getattr(self, "_graph_reason_said", False):
+            self._graph_reason_said = True
+            logging.getLogger(__name__).warning("cuda.graphs=true: running eagerly: %s", self._graph.reason)
+        return self._graph
+
+    def _draw_into(self, real: torch.Tensor, z: torch.Tensor, eps: torch.Tensor) -> None:
+        """This iteration's inputs written into the static buffers (the values :meth:`_draw` makes)."""
+        first, self._first_draw = getattr(self, "_first_draw", None), None
+        drawn = first if first is not None else self._draw()
+        for buf, value in zip((real, z, eps), drawn):
+            buf.copy_(value)
 
     def _alternating_step(self) -> dict[str, torch.Tensor]:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
