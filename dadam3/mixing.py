@@ -45,6 +45,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dadam3.topology import Topology
 
@@ -161,7 +162,9 @@ class LocalMixer(Mixer):
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
         if self._uses_stencil(k, tensors[0]):
-            mix = compiled_stencil_mix() if tensors[0].device.type == "cuda" else stencil_mix
+            # compiled frames do not run under a dispatch mode (FLOP / byte counters, fake tensors)
+            fused = tensors[0].device.type == "cuda" and _get_current_dispatch_mode() is None
+            mix = compiled_stencil_mix() if fused else stencil_mix
             for t, o in zip(tensors, out):
                 shifts, coeffs = self.stencil(k, t.device, t.dtype)
                 mix(t.reshape(M, -1), coeffs, shifts, o.view(M, -1))

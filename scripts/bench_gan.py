@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
 from dadam3.gan.loop_reference import LoopReference  # noqa: E402
+from dadam3.gan.op_census import ByteCensus, ConvCensus  # noqa: E402
 from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
 from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
 from dadam3.optim import build_optimizer, mixer_for, step_together  # noqa: E402
@@ -302,6 +303,20 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
     return line
 
 
+def census_line(M: int, parts) -> str:
+    """Dispatch-mode counts of one gradient evaluation (convolution calls, the per-group loop
+    of torch's double backward) and of one mix of both players (bytes against the floor; a stencil
+    mixer is counted eagerly: compiled kernels do not run under a dispatch mode)."""
+    with ConvCensus() as conv:
+        parts["grads"]()
+    with ByteCensus() as mix:
+        parts["mix"]()
+    floor = sum(2 * f.param_buf.numel() * f.param_buf.element_size() for f in parts["flats"])
+    return (f"M={M} census: {conv.calls} convolution calls per wgan_gp_step ({conv.dilated_ungrouped} dilated "
+            f"groups=1: torch's per-group loop), by groups {dict(sorted(conv.by_groups.items()))}; one mix of "
+            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count)")
+
+
 def make_inputs(M: int, batch: int, device, dtype):
     """Fixed real batch (uniform in [-1, 1]), noise z and interpolation weights eps."""
     gen = torch.Generator().manual_seed(1)
@@ -499,6 +514,7 @@ def main() -> None:
             batched()
         with eager_updates(parts["opts"]):      # a compiled frame does not run under the FLOP counter's mode
             flops, by_op = count_flops(batched)
+        print(census_line(M, parts), flush=True)
         for _ in range(warmup):
             batched()
         timer = MixTimer(mixer, device)
