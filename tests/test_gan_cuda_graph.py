@@ -131,3 +131,20 @@ def test_training_reads_nothing_on_the_host_between_logging_points(tmp_path, mon
         reads[iterations] = counter.count
     assert 0 < reads[60] <= 30, reads
     assert reads[60] == reads[30], reads      # the 30 extra iterations read nothing
+
+
+def test_static_buffer_path_under_bf16_autocast_agrees_with_the_normal_path():
+    """The graph path's autocast (weight-cast cache off, as capture needs) computes what the
+    trainer's autocast does."""
+    G, D = (n.float() for n in _pair())
+    G2, D2 = (n.float() for n in _pair())
+    inputs = [t.float() for t in _inputs(0)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = wgan_gp_step(G, D, *inputs)
+    graphed = GraphedGradients(G2, D2, [t.shape for t in inputs], torch.device("cpu"), torch.float32, autocast=True)
+    out = graphed(lambda *bufs: [b.copy_(v) for b, v in zip(bufs, inputs)])
+    for k in ref:
+        torch.testing.assert_close(out[k], ref[k], rtol=1e-6, atol=1e-6)
+    for p, q in zip([*G.parameters(), *D.parameters()], [*G2.parameters(), *D2.parameters()]):
+        assert q.grad.dtype == torch.float32
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-6)

@@ -99,7 +99,8 @@ class GraphedGradients:
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._restore(nets_state)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            # thread_local: a data-loading thread's own CUDA calls do not break the capture
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._static_out = self._evaluate()
         except Exception as e:      # noqa: BLE001 (any capture failure: fall back, say why in one line)
             self._restore(nets_state)
