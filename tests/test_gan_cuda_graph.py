@@ -41,15 +41,12 @@ def test_static_buffer_path_equals_the_normal_path_in_float64():
     BatchNorm statistics, iteration after iteration (the parameters change in between)."""
     G, D = _pair()
     G2, D2 = _pair()
-    graphed = GraphedGradients(G2, D2, [t.shape for t in _inputs(0)], torch.device("cpu"), F64)
-    assert graphed.reason == "the run is on cpu, not a CUDA device"
+    steps = iter(range(3))
+    graphed = GraphedGradients(G2, D2, lambda: _inputs(next(steps)))
     for step in range(3):
         ref = wgan_gp_step(G, D, *_inputs(step))
-
-        def fill(real, z, eps, step=step):
-            for buf, value in zip((real, z, eps), _inputs(step)):
-                buf.copy_(value)
-        out = graphed(fill)
+        out = graphed()
+        assert graphed.reason == "the run is on cpu, not a CUDA device"
         for k in ref:
             torch.testing.assert_close(out[k], ref[k], rtol=1e-13, atol=1e-13)
         want, got = _state(G, D), _state(G2, D2)
@@ -73,11 +70,11 @@ def test_capture_obstacles_are_one_line_each():
 def test_cuda_graph_replay_equals_eager():
     G, D = (n.cuda() for n in _pair())
     G2, D2 = (n.cuda() for n in _pair())
-    graphed = GraphedGradients(G2, D2, [t.shape for t in _inputs(0)], torch.device("cuda"), F64)
+    steps = iter(range(3))
+    graphed = GraphedGradients(G2, D2, lambda: [t.cuda() for t in _inputs(next(steps))])
     for step in range(3):
-        inputs = [t.cuda() for t in _inputs(step)]
-        ref = wgan_gp_step(G, D, *inputs)
-        out = graphed(lambda *bufs: [b.copy_(v) for b, v in zip(bufs, inputs)])
+        ref = wgan_gp_step(G, D, *[t.cuda() for t in _inputs(step)])
+        out = graphed()
         assert graphed.reason is None and graphed.graph is not None
         for k in ref:
             torch.testing.assert_close(out[k], ref[k], rtol=1e-12, atol=1e-12)
@@ -141,8 +138,7 @@ def test_static_buffer_path_under_bf16_autocast_agrees_with_the_normal_path():
     inputs = [t.float() for t in _inputs(0)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ref = wgan_gp_step(G, D, *inputs)
-    graphed = GraphedGradients(G2, D2, [t.shape for t in inputs], torch.device("cpu"), torch.float32, autocast=True)
-    out = graphed(lambda *bufs: [b.copy_(v) for b, v in zip(bufs, inputs)])
+    out = GraphedGradients(G2, D2, lambda: inputs, autocast=True)()
     for k in ref:
         torch.testing.assert_close(out[k], ref[k], rtol=1e-6, atol=1e-6)
     for p, q in zip([*G.parameters(), *D.parameters()], [*G2.parameters(), *D2.parameters()]):

@@ -5,8 +5,8 @@ iteration the host cannot keep up. A CUDA graph records the kernels of one
 :func:`~dadam3.gan.wgan_gp.wgan_gp_step` once and replays them with one launch:
 
 * static inputs: the real batch, the noise z and the interpolation weights ε live in
-  buffers allocated once; every iteration the trainer draws into them (the same per-node
-  random streams as the eager path, so the values are the same);
+  buffers allocated once; every iteration the trainer's draw (the same per-node random
+  streams as the eager path, so the same values) is copied into them;
 * warm-up: a few eager evaluations on a side stream before the capture (cuDNN's autotuning,
   the ``.grad`` tensors allocated); the nets' buffers (BatchNorm running statistics) are
   restored afterwards, so the warm-up leaves no trace in the training;
@@ -29,6 +29,7 @@ them), it stops replaying and says so rather than read stale memory.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Callable
 
 import torch
@@ -50,19 +51,19 @@ def capture_obstacle(G, D, device: torch.device) -> str | None:
 
 
 class GraphedGradients:
-    """``wgan_gp_step(G, D, real, z, eps)`` on static buffers, captured once on CUDA and replayed.
+    """``wgan_gp_step(G, D, *draw())`` on static buffers, captured once on CUDA and replayed.
 
-    ``shapes``: ``(real, z, eps)`` shapes; ``autocast``: run under bf16 autocast.
-    ``__call__(fill)`` calls ``fill(real, z, eps)`` to write this iteration's inputs into
-    the static buffers, evaluates, and returns the per-node values (fresh tensors).
-    ``reason`` is None while the graph is used, else one line saying why it runs eagerly."""
+    ``draw()`` returns this iteration's ``(real, z, eps)``; the values are copied into the
+    static buffers (allocated at the first call, on the drawn tensors' device and dtype).
+    ``autocast``: run under bf16 autocast. A call returns the per-node values (fresh
+    tensors). ``reason`` is None while the graph is used, else one line saying why it runs
+    eagerly (logged once, as a warning)."""
 
-    def __init__(self, G, D, shapes, device: torch.device, dtype: torch.dtype, gp_lambda: float = GP_LAMBDA,
-                 autocast: bool = False, warmup: int = WARMUP):
-        self.G, self.D, self.gp_lambda, self.autocast, self.warmup = G, D, gp_lambda, autocast, warmup
-        self.device = device
-        self.inputs = [torch.zeros(s, device=device, dtype=dtype) for s in shapes]
-        self.reason = capture_obstacle(G, D, device)
+    def __init__(self, G, D, draw: Callable[[], tuple], gp_lambda: float = GP_LAMBDA, autocast: bool = False,
+                 warmup: int = WARMUP):
+        self.G, self.D, self.draw, self.gp_lambda, self.autocast, self.warmup = G, D, draw, gp_lambda, autocast, warmup
+        self.inputs: list[torch.Tensor] = []
+        self.reason: str | None = None
         self.graph: torch.cuda.CUDAGraph | None = None
         self._static_out: dict[str, torch.Tensor] | None = None
         self._params = [p for net in (G, D) for p in net.parameters() if p.requires_grad]
@@ -71,18 +72,24 @@ class GraphedGradients:
     def _cast(self):
         if not self.autocast:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
+        return torch.autocast(self.inputs[0].device.type, dtype=torch.bfloat16, cache_enabled=False)
 
     def _evaluate(self) -> dict[str, torch.Tensor]:
         with self._cast():
             return wgan_gp_step(self.G, self.D, *self.inputs, gp_lambda=self.gp_lambda)
 
-    def __call__(self, fill: Callable[..., None]) -> dict[str, torch.Tensor]:
-        fill(*self.inputs)
+    def __call__(self) -> dict[str, torch.Tensor]:
+        drawn = self.draw()
+        if not self.inputs:
+            self.inputs = [t.clone() for t in drawn]
+            self._fall_back(capture_obstacle(self.G, self.D, self.inputs[0].device))
+        else:
+            for buf, value in zip(self.inputs, drawn):
+                buf.copy_(value)
         if self.reason is None and self.graph is None:
             self._capture()
         if self.reason is None and [p.data_ptr() for p in self._params] != self._addresses:
-            self.reason = "the parameters moved in memory after the capture (the optimizer rebinds them)"
+            self._fall_back("the parameters moved in memory after the capture (the optimizer rebinds them)")
         if self.reason is not None:
             return self._evaluate()
         self.graph.replay()
@@ -90,13 +97,14 @@ class GraphedGradients:
 
     def _capture(self) -> None:
         nets_state = [t.detach().clone() for net in (self.G, self.D) for t in net.buffers()]
+        device = self.inputs[0].device
         try:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(side):
                 for _ in range(self.warmup):
                     self._evaluate()
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            torch.cuda.current_stream(device).wait_stream(side)
             self._restore(nets_state)
             graph = torch.cuda.CUDAGraph()
             # thread_local: a data-loading thread's own CUDA calls do not break the capture
@@ -104,7 +112,7 @@ class GraphedGradients:
                 self._static_out = self._evaluate()
         except Exception as e:      # noqa: BLE001 (any capture failure: fall back, say why in one line)
             self._restore(nets_state)
-            self.reason = f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            self._fall_back(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return
         self.graph = graph
         self._addresses = [p.data_ptr() for p in self._params]
@@ -113,3 +121,8 @@ class GraphedGradients:
         with torch.no_grad():
             for t, saved in zip((t for net in (self.G, self.D) for t in net.buffers()), state):
                 t.copy_(saved)
+
+    def _fall_back(self, reason: str | None) -> None:
+        if reason is not None and self.reason is None:
+            self.reason = reason
+            logging.getLogger(__name__).warning("cuda.graphs=true: running eagerly: %s", reason)

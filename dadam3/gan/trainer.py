@@ -23,7 +23,6 @@ sharding and writing: :mod:`dadam3.checkpoint`).
 """
 from __future__ import annotations
 
-import logging
 import signal
 import time
 from dataclasses import dataclass, field
@@ -116,7 +115,7 @@ class WGANTrainer:
             return self._alternating_step()
         graphed = self._graphed()
         if graphed is not None:                                             # cuda.graphs=true
-            out = graphed(self._draw_into)
+            out = graphed()
         else:
             with self._autocast():                                          # gradients of the game at Z_k
                 out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
@@ -126,26 +125,10 @@ class WGANTrainer:
         return out
 
     def _graphed(self) -> GraphedGradients | None:
-        """The CUDA-graph gradient evaluation when the run's ``cuda.graphs`` is true (built on first
-        use; where it cannot capture it says why once and runs the same evaluation eagerly)."""
-        if not ((self.config or {}).get("cuda") or {}).get("graphs", False):
-            return None
-        if getattr(self, "_graph", None) is None:
-            real, z, eps = self._draw()
-            self._graph = GraphedGradients(self.G, self.D, (real.shape, z.shape, eps.shape), self.device, self.dtype,
-                                           self.s.gp_lambda, autocast=self.s.autocast == "bf16")
-            self._first_draw = (real, z, eps)
-        if self._graph.reason is not None and not getattr(self, "_graph_reason_said", False):
-            self._graph_reason_said = True
-            logging.getLogger(__name__).warning("cuda.graphs=true: running eagerly: %s", self._graph.reason)
-        return self._graph
-
-    def _draw_into(self, real: torch.Tensor, z: torch.Tensor, eps: torch.Tensor) -> None:
-        """This iteration's inputs written into the static buffers (the values :meth:`_draw` makes)."""
-        first, self._first_draw = getattr(self, "_first_draw", None), None
-        drawn = first if first is not None else self._draw()
-        for buf, value in zip((real, z, eps), drawn):
-            buf.copy_(value)
+        """The CUDA-graph gradient evaluation when the run's ``cuda.graphs`` is true (built on first use)."""
+        if getattr(self, "_graph", None) is None and ((self.config or {}).get("cuda") or {}).get("graphs", False):
+            self._graph = GraphedGradients(self.G, self.D, self._draw, self.s.gp_lambda, self.s.autocast == "bf16")
+        return getattr(self, "_graph", None)
 
     def _alternating_step(self) -> dict[str, torch.Tensor]:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
