@@ -20,14 +20,32 @@ On CUDA the gossip matmul always runs in IEEE float32, whatever TF32 setting the
 the run uses: TF32 keeps 10 mantissa bits, so every mix would move each parameter by
 about 5e-4 of its size (about the size of an Adam step at lr 5e-5) and would no longer
 preserve the node average exactly. The matmul is memory-bound, so TF32 would gain nothing.
+
+The stencil kernel (``LocalMixer(kernel="stencil")``) writes ``X ← W X`` as a sum over the
+cyclic shifts W uses. Any ``[M, M]`` matrix is a sum of its cyclic diagonals,
+
+    W = Σ_s D_s P_s,    (P_s X)[i] = X[(i + s) mod M],    D_s = diag(W[i, (i + s) mod M]),
+
+so ``(W X)[i] = Σ_{s ∈ S} W[i, i+s] · X[i+s]`` with S the shifts whose diagonal is not all
+zero: 3 for a ring, 5 for a torus, M for the complete graph. Written this way the mix is
+element-wise work (multiply, add) with no matmul at all, so float32 stays IEEE whatever the
+TF32 setting; ``torch.compile`` fuses it into one kernel per flat buffer that reads each
+input row and writes each output row once (the bytes floor, ``2 · M · P · size``), where
+cuBLAS runs the tiny ``[M, M] × [M, P]`` product as a gemv far from it.
+
+Eagerly (no compile) each shift is a ``roll`` and an ``addcmul``: about 5 passes over the
+buffer per shift (``ByteCensus`` counts 7.5× the floor for a ring), so on the CPU — where
+the matmul already moves the floor — the stencil is only the reference for the compiled
+kernel, never the default.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dadam3.topology import Topology
 
@@ -80,17 +98,47 @@ class Mixer:
         raise NotImplementedError
 
 
-class LocalMixer(Mixer):
-    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor."""
+KERNELS = ("matmul", "stencil", "auto")
 
-    def __init__(self, topology: Topology):
+
+class LocalMixer(Mixer):
+    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor.
+
+    ``kernel``: ``"matmul"`` (the default and the reference: one matmul per tensor),
+    ``"stencil"`` (the stencil below: a sum over the cyclic shifts W uses, no
+    matmul; fused by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"`` (the stencil on
+    CUDA for sparse graphs by :func:`use_stencil`, the matmul otherwise —
+    on the CPU the matmul already moves the bytes floor)."""
+
+    def __init__(self, topology: Topology, kernel: str = "matmul"):
         super().__init__(topology)
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel={kernel!r}: must be one of {', '.join(KERNELS)}")
+        self.kernel = kernel
         self._ops: dict[tuple, torch.Tensor] = {}
+        self._stencils: dict[tuple, tuple[tuple[int, ...], torch.Tensor]] = {}
         self.identity = self.nodes == 1
 
+    def _phase(self, k: int) -> int:
+        return 0 if not self.topology.time_varying else ((k - 1) * self.topology.rounds) % self.topology.period
+
+    def stencil(self, k: int, device, dtype) -> tuple[tuple[int, ...], torch.Tensor]:
+        """(shifts, coefficients ``[S, M, 1]``) of the iteration-k operator W_k^t (cached per phase)."""
+        key = (self._phase(k), str(device), dtype)
+        if key not in self._stencils:
+            shifts, coeffs = cyclic_shifts(self.topology.operator(k))
+            self._stencils[key] = (shifts, torch.as_tensor(coeffs, device=device, dtype=dtype).unsqueeze(-1))
+        return self._stencils[key]
+
+    def _uses_stencil(self, k: int, t: torch.Tensor) -> bool:
+        if self.kernel != "auto":
+            return self.kernel == "stencil"
+        if t.device.type != "cuda" or not t.is_floating_point():
+            return False
+        return use_stencil(len(self.stencil(k, t.device, t.dtype)[0]), self.nodes)
+
     def operator(self, k: int, device, dtype) -> torch.Tensor:
-        phase = 0 if not self.topology.time_varying else ((k - 1) * self.topology.rounds) % self.topology.period
-        key = (phase, str(device), dtype)
+        key = (self._phase(k), str(device), dtype)
         if key not in self._ops:
             self._ops[key] = torch.as_tensor(self.topology.operator(k), device=device, dtype=dtype)
         return self._ops[key]
@@ -113,6 +161,14 @@ class LocalMixer(Mixer):
             if t.shape[0] != M:
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
+        if self._uses_stencil(k, tensors[0]):
+            # compiled frames do not run under a dispatch mode (FLOP / byte counters, fake tensors)
+            fused = tensors[0].device.type == "cuda" and _get_current_dispatch_mode() is None
+            mix = compiled_stencil_mix() if fused else stencil_mix
+            for t, o in zip(tensors, out):
+                shifts, coeffs = self.stencil(k, t.device, t.dtype)
+                mix(t.reshape(M, -1), coeffs, shifts, o.view(M, -1))
+            return list(out)
         with ieee_fp32_matmul(tensors[0].device):
             for t, o in zip(tensors, out):
                 Wt = self.operator(k, t.device, t.dtype)
@@ -134,3 +190,45 @@ def ieee_fp32_matmul(device: torch.device) -> Iterator[None]:
         yield
     finally:
         flags.fp32_precision = previous
+
+
+# ---- the neighbour stencil ------------------------------------------------------------------
+
+def cyclic_shifts(W: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+    """(shifts s with a nonzero diagonal ``W[i, (i+s) mod M]``, their coefficients ``[S, M]``)."""
+    M = W.shape[0]
+    rows = np.arange(M)
+    shifts, coeffs = [], []
+    for s in range(M):
+        diagonal = W[rows, (rows + s) % M]
+        if np.any(diagonal != 0):
+            shifts.append(s)
+            coeffs.append(diagonal)
+    return tuple(shifts), np.asarray(coeffs, dtype=np.float64).reshape(len(shifts), M)
+
+
+def stencil_mix(x: torch.Tensor, coeffs: torch.Tensor, shifts: tuple[int, ...], out: torch.Tensor) -> None:
+    """``out ← Σ_s coeffs[s] ⊙ roll(x, −s, 0)``: ``x, out [M, P]`` (not aliased), ``coeffs [S, M, 1]``."""
+    acc = coeffs[0] * (x if shifts[0] == 0 else torch.roll(x, -shifts[0], 0))
+    for c, s in zip(coeffs[1:], shifts[1:]):
+        acc = torch.addcmul(acc, c, torch.roll(x, -s, 0))
+    out.copy_(acc)
+
+
+_COMPILED: list[Callable] = []
+
+
+def compiled_stencil_mix() -> Callable:
+    """:func:`stencil_mix` through ``torch.compile`` (one fused kernel per buffer shape and shift set)."""
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(stencil_mix, fullgraph=True, dynamic=False))
+    return _COMPILED[0]
+
+
+def use_stencil(num_shifts: int, nodes: int) -> bool:
+    """The density rule: the stencil's fused kernel does ``num_shifts`` multiply-adds per element
+    where the matmul does ``nodes``; it is chosen for sparse graphs (at most half the shifts
+    used: ring, torus, one-peer graphs) and the matmul is kept for dense ones (complete,
+    exponential on few nodes, multi-round powers that fill W). A ring (3 shifts) counts as
+    sparse at every M."""
+    return num_shifts <= 3 or 2 * num_shifts <= nodes

@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
 from dadam3.gan.loop_reference import LoopReference  # noqa: E402
+from dadam3.gan.op_census import ByteCensus, ConvCensus  # noqa: E402
 from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
 from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
 from dadam3.optim import build_optimizer, mixer_for, step_together  # noqa: E402
@@ -302,6 +303,20 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
     return line
 
 
+def census_line(M: int, parts) -> str:
+    """Dispatch-mode counts of one gradient evaluation (convolution calls, the per-group loop
+    of torch's double backward) and of one mix of both players (bytes against the floor; a stencil
+    mixer is counted eagerly: compiled kernels do not run under a dispatch mode)."""
+    with ConvCensus() as conv:
+        parts["grads"]()
+    with ByteCensus() as mix:
+        parts["mix"]()
+    floor = sum(2 * f.param_buf.numel() * f.param_buf.element_size() for f in parts["flats"])
+    return (f"M={M} census: {conv.calls} convolution calls per wgan_gp_step ({conv.dilated_ungrouped} dilated "
+            f"groups=1: torch's per-group loop), by groups {dict(sorted(conv.by_groups.items()))}; one mix of "
+            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count)")
+
+
 def make_inputs(M: int, batch: int, device, dtype):
     """Fixed real batch (uniform in [-1, 1]), noise z and interpolation weights eps."""
     gen = torch.Generator().manual_seed(1)
@@ -317,14 +332,25 @@ def make_nets(M: int, width: float, device, dtype):
     return G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
 
 
+VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="matmul")
+
+
 def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
-                 compile: bool | None = None, channels_last: bool = False):
+                 compile: bool | None = None, variants: dict | None = None):
     """The batched iteration: wgan_gp_step on the stacked nets, then both Dadam3 steps together
-    (one mixer call per gossip round for both players). Returns the iteration and its parts."""
+    (one mixer call per gossip round for both players). Returns the iteration and its parts.
+    ``variants``: overrides of :data:`VARIANTS` (NHWC convolutions, torch's own double backward,
+    the gossip kernel)."""
+    v = {**VARIANTS, **(variants or {})}
+    channels_last, stock_conv_backward, gossip_kernel = v["channels_last"], v["stock_conv_backward"], v["gossip_kernel"]
     G, D = make_nets(M, width, device, dtype)
     G.use_channels_last(channels_last)
     D.use_channels_last(channels_last)
+    G.use_first_order_backward(not stock_conv_backward)
+    D.use_first_order_backward(not stock_conv_backward)
     mixer = mixer_for("dadam3", M, topology=topology)
+    if hasattr(mixer, "kernel"):          # LocalMixer (M > 1): matmul | stencil | auto
+        mixer.kernel = gossip_kernel
     opt_g = build_optimizer("dadam3", G.parameters(), mixer, compile=compile, **HPARAMS)
     opt_d = build_optimizer("dadam3", D.parameters(), mixer, compile=compile, **HPARAMS)
     real, z, eps = make_inputs(M, batch, device, dtype)
@@ -404,6 +430,12 @@ def main() -> None:
                    help="fuse the optimizer update with torch.compile (auto: on CUDA)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
     p.add_argument("--channels-last", action="store_true", help="NHWC convolutions (StackedNet.use_channels_last)")
+    p.add_argument("--stock-conv-backward", action="store_true",
+                   help="the critic's convolutions with torch's own double backward (its per-group loop; "
+                        "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
+    p.add_argument("--gossip-kernel", choices=["matmul", "stencil", "auto"], default="matmul",
+                   help="LocalMixer kernel: the [M,M]x[M,P] matmul (default), the neighbour stencil "
+                        "(torch.compile-fused on CUDA), or auto (stencil on CUDA for sparse graphs)")
     a = p.parse_args()
     t_start = time.perf_counter()
 
@@ -474,13 +506,15 @@ def main() -> None:
         # (a) batched: FLOP count (= first, untimed iteration), warm-up, timed pass(es)
         compile_ = {"auto": None, "on": True, "off": False}[a.compile]
         batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_,
-                                                a.channels_last)
+                                                dict(channels_last=a.channels_last, gossip_kernel=a.gossip_kernel,
+                                                     stock_conv_backward=a.stock_conv_backward))
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         for _ in range(max(1, warmup // 2)):       # compiles the fused update before the FLOP count
             batched()
         with eager_updates(parts["opts"]):      # a compiled frame does not run under the FLOP counter's mode
             flops, by_op = count_flops(batched)
+        print(census_line(M, parts), flush=True)
         for _ in range(warmup):
             batched()
         timer = MixTimer(mixer, device)

@@ -89,3 +89,50 @@ read -r -a RANKS <<<"${DIST_RANKS:-$DEFAULT_RANKS}"
     loop.checkpoint_every=0 "${DIST_TRAIN_EXTRA[@]}"
 } 2>&1 | tee "$OUT_DIR/bench_distributed.txt"
 grep -E "^(machine|LocalMixer|simulator|R=|    )" "$OUT_DIR/bench_distributed.txt" >>"$OUT_DIR/summary.txt"
+
+# 5. Issue 25, round 2 (ROUND2=1; the default on CUDA): each change before -> after in one call,
+#    into OUT_DIR/round2.txt: the critic's first-order convolution backward against torch's own
+#    (--stock-conv-backward) in TF32 and bf16; the gossip stencil against the matmul; the layer
+#    benchmark (and cudnn.benchmark_limit=0); training runs with cuda.graphs=true against eager.
+#    ROUND2_BENCH_ARGS / ROUND2_LAYER_ARGS / ROUND2_TRAIN_ARGS shrink it for a CPU smoke run.
+if [ "${ROUND2:-$([ "$DEVICE" = cuda ] && echo 1 || echo 0)}" = 1 ]; then
+  read -r -a R2_BENCH <<<"${ROUND2_BENCH_ARGS:---nodes 5 15 --skip-loop --no-breakdown}"
+  read -r -a R2_LAYERS <<<"${ROUND2_LAYER_ARGS:-}"
+  read -r -a R2_TRAIN <<<"${ROUND2_TRAIN_ARGS:-}"
+  echo "== round 2 (issue 25): see round2.txt" | tee -a "$OUT_DIR/summary.txt"
+  {
+    for cast in "" "--autocast bf16"; do
+      for conv in "--stock-conv-backward" ""; do
+        echo "== bench_gan ${conv:-(first-order conv backward)} ${cast:-(tf32)}"
+        # shellcheck disable=SC2086
+        "$PY" scripts/bench_gan.py --device "$DEVICE" "${R2_BENCH[@]}" $conv $cast | sed -n '/^| M |/,$p'
+      done
+    done
+    for kernel in matmul stencil auto; do
+      echo "== bench_gan --gossip-kernel $kernel"
+      "$PY" scripts/bench_gan.py --device "$DEVICE" "${R2_BENCH[@]}" --gossip-kernel "$kernel" | sed -n '/^| M |/,$p'
+    done
+    echo "== bench_layers"
+    "$PY" scripts/bench_layers.py --device "$DEVICE" "${R2_LAYERS[@]}"
+    echo "== bench_layers --cudnn-benchmark-limit 0 (winners)"
+    "$PY" scripts/bench_layers.py --device "$DEVICE" --cudnn-benchmark-limit 0 "${R2_LAYERS[@]}" | sed -n '/^winners/,$p'
+    for graphs in false true; do
+      for setting in "model=dcgan32 nodes=5" "model=dcgan64 dataset.image_size=64 nodes=15"; do
+        name=${setting//[ =.]/_}
+        dir="$WORK/r2_${graphs}_${name}"
+        echo "== training run cuda.graphs=$graphs $setting"
+        # shellcheck disable=SC2086
+        "$PY" -m dadam3.train dataset=fake optimizer=dadam3 device="$DEVICE" loop.iterations="$ITERATIONS" \
+          loop.batch_size=64 loop.log_every=25 loop.sample_every="$ITERATIONS" loop.checkpoint_every="$ITERATIONS" \
+          metrics.every=0 loop.progress=false $setting cuda.graphs=$graphs "${R2_TRAIN[@]}" \
+          hydra.run.dir="$dir" 2>&1 | grep -E "cuda.graphs|Error" || true
+        "$PY" -c "
+import json, sys
+run = [r for r in map(json.loads, open(sys.argv[1])) if r.get('status') == 'running']
+rate = (run[-1]['iteration'] - run[0]['iteration']) / (run[-1]['time'] - run[0]['time'])
+print(f'{1e3 / rate:.1f} ms/it after iteration {run[0][\"iteration\"]}, loss_d {run[-1][\"loss_d\"]:.4g}')
+" "$dir/metrics.jsonl"
+      done
+    done
+  } 2>&1 | tee "$OUT_DIR/round2.txt"
+fi

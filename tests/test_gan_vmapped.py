@@ -232,13 +232,16 @@ def test_node_module_averaged_module_and_state_dict_rows():
 
 
 def test_random_ops_follow_the_randomness_policy():
-    net = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5))
-    x = torch.ones(M, B, 3)
+    net = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5)).double()
+    x = torch.ones(M, B, 3, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="randomness"):
         VmapNet.replicate(net, M)(x)
     out = VmapNet.replicate(net, M, randomness="different")(x)
-    assert not torch.equal(out[0], out[1])       # each node its own dropout mask
-    assert torch.equal(VmapNet.replicate(net, M).eval()(x)[0], net.eval()(x[0]))
+    # each node its own dropout mask: the zero patterns differ (a property of the draw, not of rounding)
+    assert not torch.equal(out[0] == 0, out[1] == 0)
+    # without dropout (eval) the vmapped path is the plain module's: float64, to rounding
+    torch.testing.assert_close(VmapNet.replicate(net, M).eval()(x)[0], net.eval()(x[0]),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypatch):

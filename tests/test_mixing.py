@@ -92,3 +92,96 @@ def test_cuda_float32_gossip_is_not_tf32(matmul_precision):
     rel = (out - ref).norm() / ref.norm()
     assert rel < 1e-6, f"relative error {rel:.2e}: the gossip matmul ran in TF32 (about 1e-4)"
     assert matmul_precision.fp32_precision == "tf32"
+
+
+# ---- the stencil kernel (dadam3.gossip_stencil) ---------------------------------------------
+
+def _random_rows(M, P=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(M, P, generator=g, dtype=torch.float64), torch.randn(M, 3, 2, generator=g, dtype=torch.float64)]
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES)
+@pytest.mark.parametrize("nodes,rounds", [(5, 1), (8, 2), (9, 3)])
+def test_stencil_mix_equals_the_matmul_in_float64(name, nodes, rounds):
+    """Every topology, multi-round and time-varying schedules (k = 1..6 walks the phases)."""
+    if name == "torus" and nodes == 5:
+        nodes = 6
+    topo = build_topology(name, nodes, rounds)
+    reference, stencil = LocalMixer(topo), LocalMixer(topo, kernel="stencil")
+    xs = _random_rows(nodes)
+    for k in range(1, 7):
+        out = [torch.full_like(x, float("nan")) for x in xs]
+        stencil.mix(xs, k, out=out)
+        for o, r in zip(out, reference.mix(xs, k)):
+            torch.testing.assert_close(o, r, rtol=1e-13, atol=1e-14)
+    np.testing.assert_array_equal(stencil.bytes_sent, reference.bytes_sent)
+
+
+class _OpNames(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.__name__.split(".")[0])
+        return func(*args, **(kwargs or {}))
+
+
+def test_stencil_runs_no_matmul_so_float32_cannot_be_tf32():
+    xs = [x.float() for x in _random_rows(15)]
+    with _OpNames() as ops:
+        local_mixer("ring", 15).mix(xs)
+    assert ops.names & {"mm", "addmm", "bmm", "matmul"}                   # the reference does ...
+    with _OpNames() as ops:
+        LocalMixer(build_topology("ring", 15), kernel="stencil").mix(xs)
+    assert not ops.names & {"mm", "addmm", "bmm", "matmul", "baddbmm"}    # ... the stencil does not
+
+
+def test_auto_kernel_chooses_by_device_and_graph_density():
+    from dadam3.mixing import cyclic_shifts, use_stencil
+    shifts = {name: len(cyclic_shifts(build_topology(name, 15).operator(1))[0])
+              for name in ("ring", "torus", "complete")}
+    assert shifts["ring"] == 3 and shifts["complete"] == 15
+    assert use_stencil(shifts["ring"], 15) and use_stencil(shifts["torus"], 15)
+    assert not use_stencil(shifts["complete"], 15) and not use_stencil(5, 5)
+    assert use_stencil(3, 5)                                  # a ring is sparse at any M
+    x = torch.randn(15, 4)
+    for name in ("ring", "complete"):                          # on the CPU auto is always the matmul
+        mixer = LocalMixer(build_topology(name, 15), kernel="auto")
+        assert not mixer._uses_stencil(1, x)
+        with _OpNames() as ops:
+            mixer.mix([x])
+        assert "mm" in ops.names
+    with pytest.raises(ValueError, match="kernel='gemv'"):
+        LocalMixer(build_topology("ring", 5), kernel="gemv")
+
+
+@pytest.mark.parametrize("name", ["ring", "complete"])
+def test_matmul_mix_moves_the_bytes_floor(name):
+    """Dispatch-mode count: one mix of [M, P] reads each row once and writes it once (+ W)."""
+    from dadam3.gan.op_census import ByteCensus
+    M, P = 15, 4096
+    x, out = torch.randn(M, P), torch.empty(M, P)
+    mixer = local_mixer(name, M)
+    mixer.mix([x], out=[out])                      # W cached on first use
+    with ByteCensus() as census:
+        mixer.mix([x], out=[out])
+    floor = 2 * M * P * 4
+    assert floor <= census.bytes <= floor + M * M * 4
+
+
+def test_compiled_stencil_is_one_fused_kernel_and_equal_in_float64():
+    """What CUDA runs (torch.compile of the stencil), compiled here for the CPU: one generated
+    kernel per flat buffer (each row read once, written once), equal to the matmul."""
+    from torch._inductor import metrics
+
+    from dadam3.mixing import compiled_stencil_mix, cyclic_shifts
+    topo = build_topology("ring", 5)
+    shifts, coeffs = cyclic_shifts(topo.operator(1))
+    x = _random_rows(5, P=1000)[0]
+    out = torch.empty_like(x)
+    metrics.reset()
+    compiled_stencil_mix()(x, torch.as_tensor(coeffs).unsqueeze(-1), shifts, out)
+    assert metrics.generated_kernel_count == 1
+    torch.testing.assert_close(out, LocalMixer(topo).mix([x])[0], rtol=1e-13, atol=1e-14)

@@ -10,8 +10,7 @@ to ``[M, B, *out]`` with one kernel per layer, never a Python loop over nodes:
   weight ``[M, C_out, C_in, k, k]`` is viewed as ``[M·C_out, C_in, k, k]`` with
   ``groups = M`` (transposed: ``[M, C_in, C_out, k, k] → [M·C_in, C_out, k, k]``);
 * BatchNorm / InstanceNorm act per channel, so on the channel-grouped layout they
-  compute exactly each node's statistics; running statistics are ``[M, C]`` buffers
-  that the functional op updates in place through a flat view;
+  compute exactly each node's statistics (:mod:`dadam3.gan.stacked_norms`);
 * linear layers use the *node-major* layout ``[M, B, F]`` and one ``baddbmm``;
 * element-wise activations work on either layout.
 
@@ -21,16 +20,19 @@ backward (needed by the gradient penalty), float32/float64 and any device.
 from __future__ import annotations
 
 import copy
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dadam3.gan.conv_variants import check_variant, stacked_conv2d, stacked_conv_transpose2d
+from dadam3.gan.grouped_conv import grouped_conv2d
 from dadam3.gan.nets import SequentialNet, build_nets
+from dadam3.gan.stacked_norms import (CHANNEL_GROUPED, StackedBatchNorm, StackedInstanceNorm2d,
+                                      same_hyperparameters, stack_tensors)
 
 NODE_MAJOR = "node_major"          # [M, B, C, ...]
-CHANNEL_GROUPED = "channel_grouped"  # [B, M*C, ...]
 
 ELEMENTWISE = (nn.ReLU, nn.LeakyReLU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.ELU, nn.GELU,
                nn.SiLU, nn.Softplus)
@@ -48,21 +50,6 @@ def to_node_major(h: torch.Tensor, num_nodes: int) -> torch.Tensor:
     return h.reshape(b, num_nodes, mc // num_nodes, *h.shape[2:]).transpose(0, 1)
 
 
-def _stack(tensors: Iterable[torch.Tensor | None], as_parameter: bool):
-    tensors = list(tensors)
-    if tensors[0] is None:
-        return None
-    stacked = torch.stack([t.detach() for t in tensors]).clone()
-    return nn.Parameter(stacked, requires_grad=tensors[0].requires_grad) if as_parameter else stacked
-
-
-def _same_hyperparameters(layers: Sequence[nn.Module], names: Sequence[str]) -> None:
-    first = layers[0]
-    for other in layers[1:]:
-        if type(other) is not type(first) or any(getattr(other, n) != getattr(first, n) for n in names):
-            raise ValueError(f"cannot stack {first!r} with {other!r}: nodes must share the architecture")
-
-
 class _StackedConv(nn.Module):
     """Shared part of the stacked (transposed) convolutions: M layers' hyper-parameters
     (which must agree) and their weights/biases stacked on a leading node axis.
@@ -72,20 +59,21 @@ class _StackedConv(nn.Module):
 
     layout = CHANNEL_GROUPED
     channels_last = False
+    variant = "grouped_nchw"        # dadam3.gan.conv_variants: how the M nodes' convolutions run
     hyper = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
              "groups", "padding_mode")
 
     def __init__(self, convs: Sequence[nn.Module]):
         super().__init__()
-        _same_hyperparameters(convs, self.hyper)
+        same_hyperparameters(convs, self.hyper)
         if convs[0].padding_mode != "zeros":
             raise NotImplementedError(f"{type(self).__name__} supports padding_mode='zeros' only")
         for name in self.hyper:
             if name not in ("kernel_size", "padding_mode"):
                 setattr(self, name, getattr(convs[0], name))
         self.num_nodes = len(convs)
-        self.weight = _stack((c.weight for c in convs), True)
-        self.bias = _stack((c.bias for c in convs), True)
+        self.weight = stack_tensors((c.weight for c in convs), True)
+        self.bias = stack_tensors((c.bias for c in convs), True)
 
     def _format(self, weight: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.channels_last:
@@ -95,13 +83,22 @@ class _StackedConv(nn.Module):
 
 
 class StackedConv2d(_StackedConv):
-    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv."""
+    """M ``nn.Conv2d``s: ``weight [M, C_out, C_in/g, k, k]``, ``bias [M, C_out]``; one grouped conv.
+
+    ``first_order_backward`` (default True): run it as :func:`~dadam3.gan.grouped_conv.grouped_conv2d`,
+    whose backward is made of first-order grouped ops, so the gradient penalty's double backward
+    never reaches torch's per-group loop; False: the stock ``F.conv2d`` (the reference)."""
+
+    first_order_backward = True
 
     def forward(self, h):
+        if self.variant != "grouped_nchw":
+            return stacked_conv2d(self.variant, h, self.weight, self.bias, self.stride, self.padding, self.dilation)
         m = self.num_nodes
         weight, h = self._format(self.weight.reshape(m * self.out_channels, *self.weight.shape[2:]), h)
         bias = None if self.bias is None else self.bias.reshape(-1)
-        return F.conv2d(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
+        conv = grouped_conv2d if self.first_order_backward else F.conv2d
+        return conv(h, weight, bias, self.stride, self.padding, self.dilation, m * self.groups)
 
 
 class StackedConvTranspose2d(_StackedConv):
@@ -110,87 +107,14 @@ class StackedConvTranspose2d(_StackedConv):
     hyper = _StackedConv.hyper + ("output_padding",)
 
     def forward(self, h):
+        if self.variant != "grouped_nchw":
+            return stacked_conv_transpose2d(self.variant, h, self.weight, self.bias, self.stride, self.padding,
+                                            self.output_padding, self.dilation)
         m = self.num_nodes
         weight, h = self._format(self.weight.reshape(m * self.in_channels, *self.weight.shape[2:]), h)
         bias = None if self.bias is None else self.bias.reshape(-1)
         return F.conv_transpose2d(h, weight, bias, self.stride, self.padding, self.output_padding,
                                   m * self.groups, self.dilation)
-
-
-class StackedBatchNorm(nn.Module):
-    """M ``nn.BatchNorm1d/2d``s with per-node statistics.
-
-    Buffers: ``running_mean, running_var [M, C]``, ``num_batches_tracked [M]``; in train
-    mode each node's running stats are updated exactly as its own BatchNorm would.
-    """
-
-    layout = CHANNEL_GROUPED
-    hyper = ("num_features", "eps", "momentum", "affine", "track_running_stats")
-
-    def __init__(self, norms: Sequence[nn.modules.batchnorm._BatchNorm]):
-        super().__init__()
-        _same_hyperparameters(norms, self.hyper)
-        for name in self.hyper:
-            setattr(self, name, getattr(norms[0], name))
-        self.num_nodes = len(norms)
-        self.weight = _stack((n.weight for n in norms), True)
-        self.bias = _stack((n.bias for n in norms), True)
-        for name in ("running_mean", "running_var", "num_batches_tracked"):
-            self.register_buffer(name, _stack((getattr(n, name) for n in norms), False))
-        if self.momentum is None and self.num_batches_tracked is not None \
-                and not bool((self.num_batches_tracked == self.num_batches_tracked[0]).all()):
-            raise ValueError("momentum=None (cumulative average) needs equal num_batches_tracked on all nodes")
-
-    def forward(self, h):
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked[0])
-        use_batch_stats = self.training or self.running_mean is None
-        stats = (lambda t: None if t is None else t.view(-1))     # a view: updates land in the [M, C] buffers
-        flat = (lambda t: None if t is None else t.reshape(-1))   # parameters may be strided optimizer views
-        return F.batch_norm(h, stats(self.running_mean), stats(self.running_var),
-                            flat(self.weight), flat(self.bias), use_batch_stats, factor, self.eps)
-
-
-class StackedInstanceNorm2d(nn.Module):
-    """M ``nn.InstanceNorm2d``s (no running statistics): per-sample, per-channel normalisation,
-
-        y = (h - mean_HW h) / sqrt(var_HW h + eps) * weight_c + bias_c,
-
-    computed as ``F.group_norm`` with one group per channel of the ``[B, M·C, H, W]`` layout."""
-
-    layout = CHANNEL_GROUPED
-    hyper = ("num_features", "eps", "affine", "track_running_stats")
-
-    def __init__(self, norms: Sequence[nn.InstanceNorm2d]):
-        super().__init__()
-        _same_hyperparameters(norms, self.hyper)
-        if norms[0].track_running_stats:
-            raise NotImplementedError("stacked InstanceNorm supports track_running_stats=False only")
-        self.eps = norms[0].eps
-        self.num_nodes = len(norms)
-        self.weight = _stack((n.weight for n in norms), True)
-        self.bias = _stack((n.bias for n in norms), True)
-
-    def forward(self, h):
-        flat = (lambda t: None if t is None else t.reshape(-1))
-        if h.dim() == 4 and not h.is_contiguous() and h.is_contiguous(memory_format=torch.channels_last):
-            return self._nhwc(h, flat(self.weight), flat(self.bias))
-        # group_norm with one group per channel is instance norm with a per-channel affine;
-        # F.instance_norm would run cuDNN's batch norm over B·M·C channels of a few pixels each
-        # (40 % of an H100 iteration, results/benchmarks.md)
-        return F.group_norm(h, h.shape[1], flat(self.weight), flat(self.bias), self.eps)
-
-    def _nhwc(self, h, weight, bias):
-        """The same normalisation written out, so channels_last activations stay channels_last
-        (group_norm's kernels are NCHW only)."""
-        var, mean = torch.var_mean(h, dim=(2, 3), unbiased=False, keepdim=True)
-        y = (h - mean) * torch.rsqrt(var + self.eps)
-        if weight is None:
-            return y
-        return torch.addcmul(bias.view(1, -1, 1, 1), y, weight.view(1, -1, 1, 1))
 
 
 class StackedLinear(nn.Module):
@@ -201,10 +125,10 @@ class StackedLinear(nn.Module):
 
     def __init__(self, linears: Sequence[nn.Linear]):
         super().__init__()
-        _same_hyperparameters(linears, self.hyper)
+        same_hyperparameters(linears, self.hyper)
         self.num_nodes = len(linears)
-        self.weight = _stack((lin.weight for lin in linears), True)
-        self.bias = _stack((lin.bias for lin in linears), True)
+        self.weight = stack_tensors((lin.weight for lin in linears), True)
+        self.bias = stack_tensors((lin.bias for lin in linears), True)
 
     def forward(self, h):
         shape = h.shape
@@ -230,7 +154,7 @@ def stack_layer(layers: Sequence[nn.Module]) -> nn.Module:
     if kind in STACKED_LAYERS:
         return STACKED_LAYERS[kind](layers)
     if isinstance(layers[0], ELEMENTWISE):
-        _same_hyperparameters(layers, ())
+        same_hyperparameters(layers, ())
         return copy.deepcopy(layers[0])
     raise TypeError(f"no stacked version of {kind.__name__}; known: "
                     f"{', '.join(k.__name__ for k in STACKED_LAYERS)} and element-wise activations")
@@ -267,6 +191,25 @@ class StackedNet(nn.Module):
         for layer in self.layers:
             if isinstance(layer, _StackedConv):
                 layer.channels_last = enabled
+        return self
+
+    def use_first_order_backward(self, enabled: bool = True) -> "StackedNet":
+        """Convolutions with the first-order backward (:mod:`dadam3.gan.grouped_conv`, the default)
+        or the stock ``F.conv2d`` (``enabled=False``, the reference path)."""
+        for layer in self.layers:
+            if isinstance(layer, StackedConv2d):
+                layer.first_order_backward = enabled
+        return self
+
+    def use_conv_variants(self, table: dict[int, str]) -> "StackedNet":
+        """Run convolution layer ``j`` (its index in ``layers``) as variant ``table[j]`` of
+        :mod:`dadam3.gan.conv_variants` (the layers not named keep grouped NCHW); the table is
+        what ``scripts/bench_layers.py`` prints as each layer's winner."""
+        for j, variant in table.items():
+            layer = self.layers[j] if 0 <= j < len(self.layers) else None
+            if not isinstance(layer, _StackedConv) or layer.groups != 1:
+                raise ValueError(f"layer {j} is not a stacked convolution with groups=1: {layer!r}")
+            layer.variant = check_variant(variant)
         return self
 
     @classmethod

@@ -39,6 +39,7 @@ from dadam3.divergence import loss_beyond
 from dadam3.distributed.placement import Placement
 from dadam3.errors import RunStopped
 from dadam3.gan.clipping import clip_node_grads_
+from dadam3.gan.cuda_graph import GraphedGradients
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.records import LoggingWindow, bytes_record, consensus_record, gathered_net
 from dadam3.gan.stacked import StackedNet
@@ -114,13 +115,23 @@ class WGANTrainer:
         """One iteration; returns per-node values [M] for the records."""
         if self.s.n_critic > 1:
             return self._alternating_step()
-        with self._autocast():                                              # gradients of the game at Z_k
-            out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+        graphed = self._graphed()
+        if graphed is not None:                                             # cuda.graphs=true
+            out = graphed()
+        else:
+            with self._autocast():                                          # gradients of the game at Z_k
+                out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
         self.finite.note(out, self.state.iteration + 1)
         out["operator_norm"] = self._operator_norm()
         self._clip(self.D, self.G)
         step_together([self.opt_d, self.opt_g])     # the gossip step: one exchange per round for both players
         return out
+
+    def _graphed(self) -> GraphedGradients | None:
+        """The CUDA-graph gradient evaluation when the run's ``cuda.graphs`` is true (built on first use)."""
+        if getattr(self, "_graph", None) is None and ((self.config or {}).get("cuda") or {}).get("graphs", False):
+            self._graph = GraphedGradients(self.G, self.D, self._draw, self.s.gp_lambda, self.s.autocast == "bf16")
+        return getattr(self, "_graph", None)
 
     def _alternating_step(self) -> dict[str, torch.Tensor]:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""

@@ -33,6 +33,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call, stack_module_state
 
+from dadam3.gan.grouped_conv import FirstOrderConvMode
 from dadam3.gan.nets import SequentialNet
 from dadam3.gan.stacked import ELEMENTWISE, STACKED_LAYERS, StackedNet
 
@@ -88,6 +89,7 @@ class VmapNet(nn.Module):
         self.in_shape = _shape(modules, in_shape, "in_shape")
         self.out_shape = _shape(modules, out_shape, "out_shape")
         self.randomness = randomness
+        self.first_order_backward = True
         params, buffers = stack_module_state(modules)
         # The parameter-free copy the forward pass and node_module start from; kept outside the
         # module tree, so it is neither a parameter nor moved by .to().
@@ -136,6 +138,12 @@ class VmapNet(nn.Module):
         """No effect (the module's own layouts run); kept so a trainer can call it on any stacked net."""
         return self
 
+    def use_first_order_backward(self, enabled: bool = True) -> "VmapNet":
+        """The module's ``F.conv2d`` calls with the first-order backward (:mod:`dadam3.gan.grouped_conv`,
+        the default: no per-group loop in the penalty's double backward) or stock (``enabled=False``)."""
+        self.first_order_backward = enabled
+        return self
+
     def extra_repr(self) -> str:
         return f"num_nodes={self.num_nodes}, in_shape={self.in_shape}, out_shape={self.out_shape}"
 
@@ -149,7 +157,10 @@ class VmapNet(nn.Module):
         # every alias by name: the meta template's tied weights are untied (see __init__)
         params = dict(self.named_parameters(remove_duplicate=False))
         buffers = dict(self.named_buffers(remove_duplicate=False))
-        return torch.vmap(self._node_forward, randomness=self.randomness)(params, buffers, x)
+        if not self.first_order_backward:
+            return torch.vmap(self._node_forward, randomness=self.randomness)(params, buffers, x)
+        with FirstOrderConvMode():
+            return torch.vmap(self._node_forward, randomness=self.randomness)(params, buffers, x)
 
     def _node_tensors(self) -> dict[str, torch.Tensor]:
         return {**dict(self.named_parameters()), **dict(self.named_buffers())}

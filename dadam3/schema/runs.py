@@ -88,6 +88,7 @@ class Cuda(Node):
     cudnn_benchmark: bool = knob(True, boolean, resume=True)  # cuDNN times its algorithms once per shape
     compile_step: bool = knob(True, boolean, resume=True)     # the optimizer update fused (torch.compile)
     channels_last: bool = knob(False, boolean, resume=True)   # NHWC convolutions
+    graphs: bool = knob(False, boolean, resume=True)          # gradient evaluation as a replayed CUDA graph
 
 
 @dataclass

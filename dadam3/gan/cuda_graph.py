@@ -1,0 +1,128 @@
+"""The gradient evaluation of one iteration captured as a CUDA graph and replayed (``cuda.graphs=true``).
+
+Eager mode dispatches ~650 aten ops per iteration whatever M is; below ~15 ms per
+iteration the host cannot keep up. A CUDA graph records the kernels of one
+:func:`~dadam3.gan.wgan_gp.wgan_gp_step` once and replays them with one launch:
+
+* static inputs: the real batch, the noise z and the interpolation weights ε live in
+  buffers allocated once; every iteration the trainer's draw (the same per-node random
+  streams as the eager path, so the same values) is copied into them;
+* warm-up: a few eager evaluations on a side stream before the capture (cuDNN's autotuning,
+  the ``.grad`` tensors allocated); the nets' buffers (BatchNorm running statistics) are
+  restored afterwards, so the warm-up leaves no trace in the training;
+* capture: the whole gradient evaluation (forward passes, the penalty's double backward,
+  both players' gradients written into the fixed ``.grad`` views of the optimizers' flat
+  buffers); autocast runs with its weight-cast cache off, as capture requires;
+* replay: one ``graph.replay()``; the returned values are copied out of the static outputs.
+
+The optimizer step stays eager (see :mod:`dadam3.optim`): capturing it would need its
+per-iteration scalars (step size schedules, bias corrections) as device tensors updated
+in place and its gossip buffers at fixed addresses; the gradient evaluation is where the
+~650 ops are.
+
+:class:`GraphedGradients` falls back to the same evaluation run eagerly on the static
+buffers, with a one-line ``reason``, where capture is impossible: not a CUDA device, a
+BatchNorm with ``momentum=None`` (reads a counter on the host), or a capture that fails.
+If the parameters are found at new addresses after the capture (an optimizer that rebinds
+them), it stops replaying and says so rather than read stale memory.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Callable
+
+import torch
+
+from dadam3.gan.wgan_gp import GP_LAMBDA, wgan_gp_step
+
+WARMUP = 3
+
+
+def capture_obstacle(G, D, device: torch.device) -> str | None:
+    """Why the pair cannot be captured on ``device`` (None: it can be tried)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return f"the run is on {device.type}, not a CUDA device"
+    for net in (G, D):
+        for m in net.modules():
+            if getattr(m, "momentum", 0.0) is None and hasattr(m, "running_mean"):
+                return "a BatchNorm with momentum=None reads its counter on the host every forward pass"
+    return None
+
+
+class GraphedGradients:
+    """``wgan_gp_step(G, D, *draw())`` on static buffers, captured once on CUDA and replayed.
+
+    ``draw()`` returns this iteration's ``(real, z, eps)``; the values are copied into the
+    static buffers (allocated at the first call, on the drawn tensors' device and dtype).
+    ``autocast``: run under bf16 autocast. A call returns the per-node values (fresh
+    tensors). ``reason`` is None while the graph is used, else one line saying why it runs
+    eagerly (logged once, as a warning)."""
+
+    def __init__(self, G, D, draw: Callable[[], tuple], gp_lambda: float = GP_LAMBDA, autocast: bool = False,
+                 warmup: int = WARMUP):
+        self.G, self.D, self.draw, self.gp_lambda, self.autocast, self.warmup = G, D, draw, gp_lambda, autocast, warmup
+        self.inputs: list[torch.Tensor] = []
+        self.reason: str | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self._static_out: dict[str, torch.Tensor] | None = None
+        self._params = [p for net in (G, D) for p in net.parameters() if p.requires_grad]
+        self._addresses: list[int] = []
+
+    def _cast(self):
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self.inputs[0].device.type, dtype=torch.bfloat16, cache_enabled=False)
+
+    def _evaluate(self) -> dict[str, torch.Tensor]:
+        with self._cast():
+            return wgan_gp_step(self.G, self.D, *self.inputs, gp_lambda=self.gp_lambda)
+
+    def __call__(self) -> dict[str, torch.Tensor]:
+        drawn = self.draw()
+        if not self.inputs:
+            self.inputs = [t.clone() for t in drawn]
+            self._fall_back(capture_obstacle(self.G, self.D, self.inputs[0].device))
+        else:
+            for buf, value in zip(self.inputs, drawn):
+                buf.copy_(value)
+        if self.reason is None and self.graph is None:
+            self._capture()
+        if self.reason is None and [p.data_ptr() for p in self._params] != self._addresses:
+            self._fall_back("the parameters moved in memory after the capture (the optimizer rebinds them)")
+        if self.reason is not None:
+            return self._evaluate()
+        self.graph.replay()
+        return {k: v.clone() for k, v in self._static_out.items()}
+
+    def _capture(self) -> None:
+        nets_state = [t.detach().clone() for net in (self.G, self.D) for t in net.buffers()]
+        device = self.inputs[0].device
+        try:
+            side = torch.cuda.Stream(device)
+            side.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup):
+                    self._evaluate()
+            torch.cuda.current_stream(device).wait_stream(side)
+            self._restore(nets_state)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: a data-loading thread's own CUDA calls do not break the capture
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self._static_out = self._evaluate()
+        except Exception as e:      # noqa: BLE001 (any capture failure: fall back, say why in one line)
+            self._restore(nets_state)
+            self._fall_back(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            return
+        self.graph = graph
+        self._addresses = [p.data_ptr() for p in self._params]
+
+    def _restore(self, state: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for t, saved in zip((t for net in (self.G, self.D) for t in net.buffers()), state):
+                t.copy_(saved)
+
+    def _fall_back(self, reason: str | None) -> None:
+        if reason is not None and self.reason is None:
+            self.reason = reason
+            logging.getLogger(__name__).warning("cuda.graphs=true: running eagerly: %s", reason)

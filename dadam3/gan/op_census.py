@@ -1,0 +1,73 @@
+"""Counting what a piece of code dispatches: convolution calls by kind, and bytes moved by ops.
+
+Both are ``TorchDispatchMode``s, so they see the aten ops that autograd actually runs,
+including those of the double backward, on any device (the meta device included).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+_CONVOLUTIONS = {torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default,
+                 torch.ops.aten._convolution.default}
+
+
+class ConvCensus(TorchDispatchMode):
+    """Counts convolution calls: ``calls`` (all ``aten.convolution``/``convolution_backward``) and
+    ``dilated_ungrouped`` (forward convolutions with ``groups = 1`` and a dilation > 1 — the calls
+    torch's double-backward formula makes per group of a grouped convolution); ``by_groups``
+    counts calls by their ``groups`` argument, ``by_op`` by aten op name."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.dilated_ungrouped = 0
+        self.by_groups: Counter = Counter()
+        self.by_op: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CONVOLUTIONS:
+            self.calls += 1
+            groups = int(args[9] if func is torch.ops.aten.convolution_backward.default else args[8])
+            self.by_groups[groups] += 1
+            self.by_op[func.__name__] += 1
+            if func is not torch.ops.aten.convolution_backward.default:
+                dilation = args[5]
+                if groups == 1 and any(int(d) > 1 for d in dilation):
+                    self.dilated_ungrouped += 1
+        return func(*args, **kwargs)
+
+
+def _tensor_bytes(tree) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+
+class ByteCensus(TorchDispatchMode):
+    """Bytes each dispatched op reads (its tensor arguments) plus writes (its tensor results),
+    summed in ``bytes`` (an ``out=`` argument counts as written, not read; an in-place op's
+    target as read and written); ``ops`` counts the ops. Views move nothing and are not
+    counted. The memory traffic of memory-bound code such as the gossip, assuming no
+    operand stays in cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not _is_view(func):
+            self.ops += 1
+            reads = (args, {k: v for k, v in kwargs.items() if k != "out"})
+            self.bytes += _tensor_bytes(reads) + _tensor_bytes(out)
+        return out
+
+
+def _is_view(func) -> bool:
+    schema = func._schema
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)

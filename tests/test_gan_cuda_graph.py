@@ -1,0 +1,146 @@
+"""cuda.graphs: the static-buffer gradient evaluation (captured on CUDA) equals the normal path, falls
+back with one line where it cannot capture, and a training run reads nothing on the host between
+logging points."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dadam3.gan.cuda_graph import GraphedGradients, capture_obstacle
+from dadam3.gan.stacked import build_stacked_nets
+from dadam3.gan.wgan_gp import wgan_gp_step
+from trainer_runs import TOY, train
+
+F64 = torch.float64
+M, B = 3, 2
+
+
+def _pair():
+    torch.manual_seed(0)
+    G, D = build_stacked_nets("dcgan32", M, width=1 / 16, identical_init=False)
+    return G.double(), D.double()
+
+
+def _inputs(step):
+    gen = torch.Generator().manual_seed(100 + step)
+    return (torch.rand(M, B, 3, 32, 32, generator=gen, dtype=F64) * 2 - 1,
+            torch.randn(M, B, 100, generator=gen, dtype=F64), torch.rand(M, B, generator=gen, dtype=F64))
+
+
+def _state(G, D):
+    return {**{f"G.{k}": v.clone() for k, v in G.state_dict().items()},
+            **{f"D.{k}": v.clone() for k, v in D.state_dict().items()},
+            **{f"grad.{i}": p.grad.clone() for i, p in enumerate([*G.parameters(), *D.parameters()])}}
+
+
+def test_static_buffer_path_equals_the_normal_path_in_float64():
+    """On the CPU the graph path runs eagerly on its static buffers: same values, same grads, same
+    BatchNorm statistics, iteration after iteration (the parameters change in between)."""
+    G, D = _pair()
+    G2, D2 = _pair()
+    steps = iter(range(3))
+    graphed = GraphedGradients(G2, D2, lambda: _inputs(next(steps)))
+    for step in range(3):
+        ref = wgan_gp_step(G, D, *_inputs(step))
+        out = graphed()
+        assert graphed.reason == "the run is on cpu, not a CUDA device"
+        for k in ref:
+            torch.testing.assert_close(out[k], ref[k], rtol=1e-13, atol=1e-13)
+        want, got = _state(G, D), _state(G2, D2)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-13, atol=1e-13, msg=k)
+        with torch.no_grad():                      # a step that moves the parameters
+            for net in (G, D, G2, D2):
+                for p in net.parameters():
+                    p.sub_(1e-3 * p.grad)
+
+
+def test_capture_obstacles_are_one_line_each():
+    G, D = _pair()
+    assert capture_obstacle(G, D, torch.device("cpu")) == "the run is on cpu, not a CUDA device"
+    G.layers[1].momentum = None
+    if torch.cuda.is_available():
+        assert "momentum=None" in capture_obstacle(G.cuda(), D.cuda(), torch.device("cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_graph_replay_equals_eager():
+    G, D = (n.cuda() for n in _pair())
+    G2, D2 = (n.cuda() for n in _pair())
+    steps = iter(range(3))
+    graphed = GraphedGradients(G2, D2, lambda: [t.cuda() for t in _inputs(next(steps))])
+    for step in range(3):
+        ref = wgan_gp_step(G, D, *[t.cuda() for t in _inputs(step)])
+        out = graphed()
+        assert graphed.reason is None and graphed.graph is not None
+        for k in ref:
+            torch.testing.assert_close(out[k], ref[k], rtol=1e-12, atol=1e-12)
+        want, got = _state(G, D), _state(G2, D2)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-12, atol=1e-12, msg=k)
+
+
+def test_trainer_with_graphs_on_cpu_falls_back_once_and_equals_the_eager_run(tmp_path, caplog):
+    overrides = TOY + ["loop.iterations=6", "nodes=3", "dtype=float64"]
+    reference = train(overrides, tmp_path / "eager")
+    with caplog.at_level(logging.WARNING):
+        t = train(overrides + ["cuda.graphs=true"], tmp_path / "graphs")
+    said = [r.getMessage() for r in caplog.records if "cuda.graphs" in r.getMessage()]
+    assert said == ["cuda.graphs=true: running eagerly: the run is on cpu, not a CUDA device"]
+    for net, ref in ((t.G, reference.G), (t.D, reference.D)):
+        for k, v in net.state_dict().items():
+            torch.testing.assert_close(v, ref.state_dict()[k], rtol=1e-13, atol=1e-13, msg=k)
+
+
+class HostReads(TorchDispatchMode):
+    """Counts reads of tensor values on the host: ``item``/``bool``/``float``/``int`` (all
+    ``aten._local_scalar_dense``) and, through a patch, ``Tensor.tolist``."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("graphs", ["false", "true"])
+def test_training_reads_nothing_on_the_host_between_logging_points(tmp_path, monkeypatch, graphs):
+    quiet = ["loop.log_every=60", "metrics.every=0", "loop.sample_every=1000", "loop.checkpoint_every=1000",
+             "nodes=3", f"cuda.graphs={graphs}"]
+    reads = {}
+    for iterations in (30, 60):
+        counter = HostReads()
+        tolist = torch.Tensor.tolist
+
+        def counted_tolist(self, _counter=counter, _tolist=tolist):
+            _counter.count += 1
+            return _tolist(self)
+        monkeypatch.setattr(torch.Tensor, "tolist", counted_tolist)
+        with counter:
+            train(TOY + quiet + [f"loop.iterations={iterations}"], tmp_path / str(iterations))
+        monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+        reads[iterations] = counter.count
+    assert 0 < reads[60] <= 30, reads
+    assert reads[60] == reads[30], reads      # the 30 extra iterations read nothing
+
+
+def test_static_buffer_path_under_bf16_autocast_agrees_with_the_normal_path():
+    """The graph path's autocast (weight-cast cache off, as capture needs) computes what the
+    trainer's autocast does."""
+    G, D = (n.float() for n in _pair())
+    G2, D2 = (n.float() for n in _pair())
+    inputs = [t.float() for t in _inputs(0)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = wgan_gp_step(G, D, *inputs)
+    out = GraphedGradients(G2, D2, lambda: inputs, autocast=True)()
+    for k in ref:
+        torch.testing.assert_close(out[k], ref[k], rtol=1e-6, atol=1e-6)
+    for p, q in zip([*G.parameters(), *D.parameters()], [*G2.parameters(), *D2.parameters()]):
+        assert q.grad.dtype == torch.float32
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-6)
