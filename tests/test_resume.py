@@ -11,7 +11,7 @@ import sys
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from dadam3.checkpoint import atomic_save, checkpoint_path, load, resume_command
+from dadam3.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
 from dadam3.errors import ConfigError
 from dadam3.run_logging import read_jsonl
 
@@ -45,7 +45,7 @@ def test_9_resume_dir_alone_continues_a_run_made_with_overrides(tmp_path):
     assert read_jsonl(run / "metrics.jsonl")[-1] == {**read_jsonl(run / "metrics.jsonl")[-1], "iteration": 5,
                                                       "status": "finished"}
     # a key that fixes the run is still refused, naming the run's own value (not a default)
-    r = run_cli(f"resume={run}", "loop.iterations=7", "dataset.radius=2")
+    r = run_cli(resume_override(run), "loop.iterations=7", "dataset.radius=2")
     assert r.returncode == 2 and "error: dataset.radius=2.0: cannot change on resume" in r.stderr, r.stderr
     assert "dataset.radius=3.0" in r.stderr
 
