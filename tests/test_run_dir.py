@@ -172,3 +172,15 @@ def test_14_refused_and_resumed_runs_leave_no_directory_of_their_own(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert [p.parent for p in (work / "outputs").rglob("*") if p.is_dir() and not any(p.iterdir())] == []
     assert len([p for p in (work / "outputs").rglob("metrics.jsonl")]) == 1
+
+
+@pytest.mark.slow
+def test_14_a_failed_wandb_start_leaves_no_directory_and_no_lock(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "c"), WANDB_DIR=str(tmp_path / "d"),
+               WANDB_SILENT="true", NETRC=str(tmp_path / "netrc"), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    fresh = tmp_path / "fresh"
+    r = subprocess.run([sys.executable, "-m", "dadam3.train", *FAST, "loop.iterations=2", "logger=wandb",
+                        f"hydra.run.dir={fresh}"], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert r.returncode == 2 and "wandb cannot start" in r.stderr, r.stderr[-2000:]
+    assert not fresh.exists(), sorted(fresh.rglob("*"))        # was: a directory holding only .lock
