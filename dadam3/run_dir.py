@@ -67,7 +67,7 @@ class RunDir:
         """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
         stray temporaries of a killed checkpoint write, write the run id. Only after every check
         passed."""
-        self.created = not self.path.exists() or created_by_this_process(self.path)
+        self.created = not self.path.exists() or _created_by_this_process(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         if not (self.path / LOCK_FILE).exists():
             self.made.append(LOCK_FILE)
@@ -121,7 +121,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         path = resolve_resume_path(resume)
         ckpt = load(path, map_location="cpu", key="resume")
         check_checkpoint(ckpt, path)
-        home, why_not = run_of(path, ckpt)
+        home, why_not = _run_of(path, ckpt)
         if home is None and not dir_named:
             raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
                                                 f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "
@@ -139,11 +139,11 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         if home is None:
             existing = tuple(name for name in RUN_FILES if os.path.lexists(run_dir / name))
             if existing and not overwrite:
-                again = f"continue it with {resume_hint(run_dir)}, " if resume is None else ""
+                again = f"continue it with {_resume_hint(run_dir)}, " if resume is None else ""
                 raise ConfigError("hydra.run.dir", str(run_dir),
                                   f"holds another run's files ({', '.join(existing)}); {again}choose a new "
                                   "directory, or set overwrite=true to delete them")
-            check_deletable(run_dir, existing)
+            _check_deletable(run_dir, existing)
     except BaseException:
         if lock is not None:
             lock.close()
@@ -154,7 +154,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None)
 
 
-def run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
+def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
     """The run directory the checkpoint at ``path`` belongs to, or None and why not."""
     run, theirs = path.parent.parent, ckpt.get("run_id")
     if path.parent.name != CHECKPOINT_DIR:
@@ -178,7 +178,7 @@ def _config_on_file(run: Path) -> Any:
         return None
 
 
-def check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
+def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
     """``overwrite=true`` deletes ``names`` only if it can delete every one: refuse (one line,
     nothing deleted) a symbolic link to a directory (``rmtree`` does not follow it; delete or
     replace it yourself) and a directory (``run_dir`` included) the process may not change."""
@@ -225,7 +225,7 @@ def note_existing(root: str | os.PathLike) -> None:
     _NOTED.update(root=root, anchor=anchor, existing=existing)
 
 
-def created_by_this_process(path: Path) -> bool:
+def _created_by_this_process(path: Path) -> bool:
     """Whether ``path`` is a directory Hydra created for this process (see :func:`note_existing`)."""
     if not _NOTED:
         return False
@@ -238,7 +238,7 @@ def discard_if_unused(path: Path) -> None:
     """Remove ``path`` and its parents that this process created while they are empty (never a
     directory that existed before, never one holding anything)."""
     path = Path(os.path.abspath(path))
-    while created_by_this_process(path):
+    while _created_by_this_process(path):
         try:
             path.rmdir()
         except OSError:        # not empty, or gone
@@ -246,7 +246,7 @@ def discard_if_unused(path: Path) -> None:
         path = path.parent
 
 
-def resume_hint(run_dir: Path) -> str:
+def _resume_hint(run_dir: Path) -> str:
     """``resume=DIR``, quoted for the shell and Hydra."""
     return shlex.quote(resume_override(run_dir))
 

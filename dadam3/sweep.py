@@ -44,7 +44,7 @@ def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: 
         job["resume"] = str(cfg.resume)
     try:
         _check_own_dir(hc.sweep.dir, run_dir, job)
-        earlier = None if cfg.get("resume") or cfg.get("overwrite") else earlier_run(run_dir, cfg)
+        earlier = None if cfg.get("resume") or cfg.get("overwrite") else _earlier_run(run_dir, cfg)
         if earlier in ("finished", "diverged"):
             job.update(status=earlier, exit=0 if earlier == "finished" else Diverged.exit_code,
                        message=f"{earlier} in an earlier invocation: skipped")
@@ -74,7 +74,7 @@ def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: 
     _record_job(hc.sweep.dir, job)
 
 
-def earlier_run(run_dir: Path, cfg: DictConfig) -> str | None:
+def _earlier_run(run_dir: Path, cfg: DictConfig) -> str | None:
     """What an earlier invocation left in a job's directory: ``finished`` (at this sweep's
     ``loop.iterations`` or beyond), ``diverged``, ``resume`` (stopped with a checkpoint, or
     finished short of the iterations asked now), or None (nothing, or no checkpoint to resume:
