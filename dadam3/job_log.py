@@ -67,6 +67,22 @@ def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = No
     (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
 
 
+def run_overrides(run_dir: Path) -> list[str]:
+    """The command-line overrides a run was made with and each of its resumes added, in order
+    (``.hydra/overrides.yaml``, then ``.hydra/resumed_<iteration>/overrides.yaml``); empty
+    when the run has no ``.hydra/`` (a directory made by hand, or before it was written)."""
+    hydra_dir = Path(run_dir) / ".hydra"
+    files = [hydra_dir / "overrides.yaml", *sorted(hydra_dir.glob("resumed_*/overrides.yaml"))]
+    out = []
+    for f in files:
+        try:
+            values = OmegaConf.to_container(OmegaConf.load(f)) if f.is_file() else []
+        except Exception:        # not YAML (damaged): what it held is unknown
+            values = []
+        out += [str(v) for v in values] if isinstance(values, list) else []
+    return out
+
+
 def _code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
     here = Path(__file__).resolve().parent

@@ -55,15 +55,19 @@ def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
 
 def rewind(path: Path, k: int, drop_at_k: bool) -> None:
     """Rewrite the JSONL log at ``path`` (atomically) as an uninterrupted run left it at
-    iteration ``k``: drop records after k, every final status record, with ``drop_at_k`` the
-    record at k, a torn last line and (with a warning) unreadable lines."""
+    iteration ``k``: drop records after k, every final status record, ``resumed`` records at k
+    or later (an earlier attempt to resume there), with ``drop_at_k`` the record at k, and (each
+    kind named in one warning line) a torn last line and unreadable lines. A record at k that an
+    uninterrupted run has but the log lacks (torn, or deleted) cannot be written again (its
+    window's sums were reset when it was logged): one warning line says the log has none at k."""
     fd, tmp = mkstemp_umask(path)
-    unreadable = []
+    unreadable, torn, at_k = [], None, False
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out, open(path, encoding="utf-8", errors="replace") as src:
             for number, line in enumerate(src, 1):
                 if not line.endswith("\n"):
-                    break  # torn last line
+                    torn = number if line.strip() else None
+                    break
                 try:
                     record = json.loads(line)
                     it, status = record.get("iteration"), record.get("status")
@@ -73,6 +77,9 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
                     continue
                 if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
                     continue
+                if status == "resumed" and it is not None and it >= k:
+                    continue
+                at_k = at_k or (it == k and status not in ("resumed",))
                 out.write(line)
             out.flush()
             os.fsync(out.fileno())
@@ -85,3 +92,9 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
         shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
         log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
                     path, len(unreadable), shown, k)
+    if torn is not None:
+        log.warning("%s: dropped the torn last line (line %d, a write cut short) while rewinding to iteration %d",
+                    path, torn, k)
+    if k > 0 and not drop_at_k and not at_k:
+        log.warning("%s: the record at iteration %d (the checkpoint's) is missing or was torn and cannot be written "
+                    "again: the log has no record at %d", path, k, k)

@@ -1,8 +1,15 @@
 """A run directory belongs to one run: claiming it, and resuming the run that wrote it.
 
 * A fresh run refuses a directory that already holds another run's files
-  (:data:`RUN_FILES`) unless ``overwrite=true`` (which deletes them first); ``resume=PATH``
-  continues the run that wrote PATH, in ITS directory.
+  (:data:`RUN_FILES`) unless ``overwrite=true`` (which deletes them first, once it is sure it
+  can delete every one: no symbolic link among them, every directory writable). A claimed
+  directory gets a new run id (``run_id``) that every checkpoint written there carries.
+* ``resume=PATH`` continues the run that wrote PATH in ITS directory, but only when PATH lies
+  in ``<run>/checkpoints/`` and its run id is ``<run>``'s (a checkpoint without an id, written
+  before ids existed, only when ``<run>`` has no id either and its ``config_resolved.yaml``
+  is the checkpoint's config), and ``<run>/metrics.jsonl`` is there. Any other checkpoint (a
+  copy, a backup, another run's) is refused with one line, or continues in a new directory the
+  user names with ``hydra.run.dir`` (its log starts at the checkpoint's iteration).
 * A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
   process dies) refuses a second live writer.
 * Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
@@ -15,18 +22,27 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from dadam3.checkpoint import CHECKPOINT_DIR, load, remove_stray_temporaries, resolve_resume_path
-from dadam3.checkpoint.resume import check_resume
+import uuid
+
+from omegaconf import OmegaConf
+
+from dadam3.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
+                               resolve_resume_path, resume_override)
+from dadam3.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors import ConfigError, check_usable_dir
 
 log = logging.getLogger(__name__)
 
-RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb")
+# what marks a directory as a run's, and what overwrite=true deletes (.hydra/ and train.log too:
+# the run writes them once it holds the directory)
+RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
+             RUN_ID_FILE, ".hydra", "train.log")
 LOCK_FILE = ".lock"
 
 
@@ -44,18 +60,26 @@ class RunDir:
     replace: tuple[str, ...] = ()        # another run's files that overwrite=true deletes at commit
     created: bool = False                # commit created the directory (undo() may remove it)
     committed: bool = False
+    new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
+    made: list = field(default_factory=list)    # files commit created (undo() removes them)
 
     def commit(self) -> "RunDir":
         """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
-        stray temporaries of a killed checkpoint write. Only after every check passed."""
-        self.created = not self.path.exists()
+        stray temporaries of a killed checkpoint write, write the run id. Only after every check
+        passed."""
+        self.created = not self.path.exists() or _created_by_this_process(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
+        if not (self.path / LOCK_FILE).exists():
+            self.made.append(LOCK_FILE)
         if self._lock is None:
             self._lock = _lock(self.path)
         _write_pid(self._lock)
         for name in self.replace:
             target = self.path / name
-            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+        if self.new_id or read_run_id(self.path) is None:     # a fresh run; an adopted run written before ids
+            (self.path / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="ascii")
+            self.made.append(RUN_ID_FILE)
         removed = remove_stray_temporaries(self.path / CHECKPOINT_DIR)
         if removed:
             log.info("removed %d temporary file(s) of an interrupted checkpoint write", len(removed))
@@ -68,15 +92,14 @@ class RunDir:
     def undo(self, new_files: tuple[str, ...] = ()) -> None:
         """After a failure right after :meth:`commit` (a service that would not start): remove
         ``new_files`` this process made and the directory if commit created it and it is empty."""
-        for name in new_files:
+        for name in (*new_files, *self.made):
             target = self.path / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        self.release()
         if self.created:
-            (self.path / LOCK_FILE).unlink(missing_ok=True)
-            self.release()
             try:
                 self.path.rmdir()
-            except OSError:
+            except OSError:     # not empty
                 pass
 
     def release(self) -> None:
@@ -85,39 +108,147 @@ class RunDir:
             self._lock = None
 
 
-def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False) -> RunDir:
+def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False,
+                  dir_named: bool = False) -> RunDir:
     """Every check of the directory a run would write into (see the module docstring), creating,
     changing and deleting nothing; a live writer's lock is refused here (a free existing lock
-    is taken, without touching the file)."""
+    is taken, without touching the file). ``dir_named``: the user named ``run_dir`` (a
+    checkpoint that is no run's own may continue there)."""
     if resume is not None and overwrite:
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
-    ckpt, changed = None, {}
+    ckpt, changed, home = None, {}, None
     if resume is not None:
         path = resolve_resume_path(resume)
         ckpt = load(path, map_location="cpu", key="resume")
+        check_checkpoint(ckpt, path)
+        home, why_not = _run_of(path, ckpt)
+        if home is None and not dir_named:
+            raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
+                                                f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "
+                                                "with hydra.run.dir=NEW")
         changed = check_resume(ckpt, path, config)
-        run_dir = path.parent.parent       # continue in the original run directory
-    run_dir = Path(run_dir)
-    check_usable_dir("hydra.run.dir" if resume is None else "resume", run_dir)
+    run_dir = Path(home or run_dir)
+    check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
+    if home is not None and not (home / "metrics.jsonl").is_file():
+        raise ConfigError("resume", resume, f"{home / 'metrics.jsonl'} is missing (the run's log up to iteration "
+                                            f"{ckpt['iteration']} is gone): restore it, or continue in a new "
+                                            "directory named with hydra.run.dir=NEW")
     lock = _lock(run_dir) if (run_dir / LOCK_FILE).exists() else None
     try:
         existing = ()
-        if resume is None:
-            existing = tuple(name for name in RUN_FILES if (run_dir / name).exists())
+        if home is None:
+            existing = tuple(name for name in RUN_FILES if os.path.lexists(run_dir / name))
             if existing and not overwrite:
+                again = f"continue it with {_resume_hint(run_dir)}, " if resume is None else ""
                 raise ConfigError("hydra.run.dir", str(run_dir),
-                                  f"holds another run's files ({', '.join(existing)}); continue it with "
-                                  f"resume={run_dir}, choose a new directory, or set overwrite=true to delete them")
+                                  f"holds another run's files ({', '.join(existing)}); {again}choose a new "
+                                  "directory, or set overwrite=true to delete them")
+            _check_deletable(run_dir, existing)
     except BaseException:
         if lock is not None:
             lock.close()
         raise
-    return RunDir(run_dir, ckpt, changed, lock, replace=existing)
+    if ckpt is not None and home is None:
+        log.warning("continuing the checkpoint %s (iteration %d) in the new directory %s: its metrics.jsonl starts "
+                    "there", resume, ckpt["iteration"], run_dir)
+    return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None)
+
+
+def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
+    """The run directory the checkpoint at ``path`` belongs to, or None and why not."""
+    run, theirs = path.parent.parent, ckpt.get("run_id")
+    if path.parent.name != CHECKPOINT_DIR:
+        return None, f"{path} is not in a run's {CHECKPOINT_DIR}/ directory"
+    ours = read_run_id(run)
+    if ours is not None and ours == theirs:
+        return run, ""
+    if theirs is not None:
+        return None, (f"the checkpoint belongs to another run (run id {theirs}), not to {run} "
+                      f"({'run id ' + ours if ours else f'no {RUN_ID_FILE} file: a copy of a run needs it too'})")
+    if (run / "metrics.jsonl").is_file() and _config_on_file(run) == ckpt.get("config"):
+        return run, ""          # written before run ids: its run's config_resolved.yaml is the checkpoint's config
+    return None, (f"the checkpoint has no run id (an older version's) and {run}'s config_resolved.yaml or "
+                  "metrics.jsonl is not its run's")
+
+
+def _config_on_file(run: Path) -> Any:
+    try:
+        return OmegaConf.to_container(OmegaConf.load(run / "config_resolved.yaml"))
+    except Exception:           # missing or not YAML: not the checkpoint's run
+        return None
+
+
+def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
+    """``overwrite=true`` deletes ``names`` only if it can delete every one: refuse (one line,
+    nothing deleted) a symbolic link to a directory (``rmtree`` does not follow it; delete or
+    replace it yourself) and a directory (``run_dir`` included) the process may not change."""
+    def refuse(path: Path, why: str):
+        return ConfigError("overwrite", True, f"cannot delete the old run's {path}: {why}; nothing was deleted")
+
+    dirs = [run_dir] if names else []
+    for name in names:
+        target = run_dir / name
+        if target.is_symlink():
+            if target.is_dir():
+                raise refuse(target, f"a symbolic link to the directory {os.path.realpath(target)} (deleting "
+                                     "the link would keep its files; remove or replace it yourself)")
+            continue
+        if target.is_dir():
+            dirs += [Path(d) for d, _, _ in os.walk(target)]
+    for d in dirs:
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise refuse(d, "permission denied (the directory is not writable)")
 
 
 def open_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False) -> RunDir:
     """Check, then claim, the directory a run writes into (see the module docstring)."""
     return check_run_dir(run_dir, resume, config, overwrite).commit()
+
+
+_NOTED: dict[str, Any] = {}    # what existed before Hydra made its directory: see note_existing
+
+
+def note_existing(root: str | os.PathLike) -> None:
+    """Before Hydra creates ``root`` (a run's or a sweep's directory) and the job directories in
+    it: remember which of them exist, so that what this process made can be removed again when
+    it stays empty (a refused run, a resume that continues elsewhere). Runs are not descended."""
+    root = Path(os.path.abspath(root))
+    anchor = root
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    existing = set()
+    if root.is_dir():
+        for d, dirnames, files in os.walk(root):
+            existing.add(Path(d))
+            if {"metrics.jsonl", LOCK_FILE, CHECKPOINT_DIR} & {*files, *dirnames}:
+                dirnames[:] = []
+    _NOTED.update(root=root, anchor=anchor, existing=existing)
+
+
+def _created_by_this_process(path: Path) -> bool:
+    """Whether ``path`` is a directory Hydra created for this process (see :func:`note_existing`)."""
+    if not _NOTED:
+        return False
+    path, root, anchor = Path(os.path.abspath(path)), _NOTED["root"], _NOTED["anchor"]
+    inside = path == root or root in path.parents or (anchor in path.parents and path in root.parents)
+    return inside and path not in _NOTED["existing"]
+
+
+def discard_if_unused(path: Path) -> None:
+    """Remove ``path`` and its parents that this process created while they are empty (never a
+    directory that existed before, never one holding anything)."""
+    path = Path(os.path.abspath(path))
+    while _created_by_this_process(path):
+        try:
+            path.rmdir()
+        except OSError:        # not empty, or gone
+            return
+        path = path.parent
+
+
+def _resume_hint(run_dir: Path) -> str:
+    """``resume=DIR``, quoted for the shell and Hydra."""
+    return shlex.quote(resume_override(run_dir))
 
 
 def _lock(run_dir: Path):
@@ -143,14 +274,14 @@ def _write_pid(f) -> None:
 
 
 def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool,
-                  placement) -> RunDir:
+                  placement, dir_named: bool = False) -> RunDir:
     """:func:`check_run_dir` on rank 0 (the one writer); under torch.distributed the other ranks
     receive its directory, checkpoint and changes, or its error, so every rank stops alike.
     Nothing is written: rank 0 calls :meth:`RunDir.commit` once every other check has passed."""
     rd, error = None, None
     if placement.is_main:
         try:
-            rd = check_run_dir(run_dir, resume, config, overwrite)
+            rd = check_run_dir(run_dir, resume, config, overwrite, dir_named)
         except ConfigError as e:
             error = e
     if placement.distributed:

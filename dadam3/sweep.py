@@ -1,32 +1,59 @@
 """Sweeps (``python -m dadam3.train -m ...``): a job that diverges, is refused or fails is
 recorded in ``<sweep dir>/sweep_status.jsonl`` and the sweep goes on; :class:`SweepStatus`
-(a Hydra callback, ``hydra.callbacks.status`` in configs/train.yaml) sums up at the end."""
+(a Hydra callback, ``hydra.callbacks.status`` in configs/train.yaml) sums up at the end.
+
+Each record names its invocation (``invocation``: start time and a random suffix, one per
+``-m`` command) and, in a sweep over ``resume=``, the job's ``resume``. A sweep run again into
+the same ``hydra.sweep.dir`` skips the jobs an earlier invocation finished (or saw diverge) and
+resumes the interrupted ones, as the figure scripts do (``overwrite=true`` starts them afresh);
+a job whose directory another job of the same invocation already used is refused, with
+nothing deleted."""
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
 
+from dadam3.checkpoint import checkpoint_path
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
+from dadam3.run_dir import note_existing
 from dadam3.signals import Interrupted
 
 log = logging.getLogger(__name__)
 SWEEP_STATUS = "sweep_status.jsonl"
+INVOCATION_ENV = "DADAM3_SWEEP_INVOCATION"      # set by SweepStatus, inherited by launchers' processes
 
 
 def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: Path) -> None:
     """One job of a ``-m`` sweep, ``run(cfg, run_dir)``: its status, exit status and one line
     go to ``sweep_status.jsonl``. A stop signal (Interrupted) stops the sweep."""
     hc = HydraConfig.get()
-    job = {"job": hc.job.num, "overrides": hc.job.override_dirname, "dir": str(run_dir)}
+    job = {"invocation": os.environ.get(INVOCATION_ENV, "unknown"), "job": hc.job.num,
+           "overrides": hc.job.override_dirname, "dir": str(run_dir)}
+    if cfg.get("resume"):
+        job["resume"] = str(cfg.resume)
     try:
+        _check_own_dir(hc.sweep.dir, run_dir, job)
+        earlier = None if cfg.get("resume") or cfg.get("overwrite") else _earlier_run(run_dir, cfg)
+        if earlier in ("finished", "diverged"):
+            job.update(status=earlier, exit=0 if earlier == "finished" else Diverged.exit_code,
+                       message=f"{earlier} in an earlier invocation: skipped")
+            log.info("job #%s: %s", job["job"], job["message"])
+            _record_job(hc.sweep.dir, job)
+            return
+        if earlier == "resume":
+            cfg = _with_resume(cfg, run_dir)
+            job["resume"] = str(run_dir)
         exit_on_peer_failure(run)(cfg, run_dir)
         job.update(status="finished", exit=0, message="")
     except (ConfigError, RunStopped) as e:
@@ -47,6 +74,66 @@ def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: 
     _record_job(hc.sweep.dir, job)
 
 
+def _earlier_run(run_dir: Path, cfg: DictConfig) -> str | None:
+    """What an earlier invocation left in a job's directory: ``finished`` (at this sweep's
+    ``loop.iterations`` or beyond), ``diverged``, ``resume`` (stopped with a checkpoint, or
+    finished short of the iterations asked now), or None (nothing, or no checkpoint to resume:
+    the run itself says what it refuses)."""
+    last = _last_record(Path(run_dir) / "metrics.jsonl")
+    if last is None:
+        return None
+    iterations = (cfg.get("loop") or {}).get("iterations")
+    if last.get("status") == "finished" and (iterations is None or last.get("iteration", -1) >= iterations):
+        return "finished"
+    if last.get("status") == "diverged":
+        return "diverged"
+    return "resume" if checkpoint_path(run_dir).is_file() else None
+
+
+def _last_record(path: Path) -> dict | None:
+    """The last complete record of a ``metrics.jsonl``, or None."""
+    try:
+        lines = [x for x in path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1] if x.strip()]
+        record = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _with_resume(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    cfg = cfg.copy()
+    with read_write(cfg), open_dict(cfg):
+        cfg.resume = str(run_dir)
+    return cfg
+
+
+def _check_own_dir(sweep_dir: str, run_dir: Path, job: dict) -> None:
+    """Refuse a job whose directory an earlier job of this invocation used (a
+    ``hydra.sweep.subdir`` that does not differ per job), before anything there is touched."""
+    here = os.path.abspath(run_dir)
+    for other in _records(sweep_dir):
+        if other.get("invocation") == job["invocation"] and os.path.abspath(other.get("dir", "")) == here:
+            raise ConfigError("hydra.sweep.subdir", HydraConfig.get().sweep.subdir,
+                              f"job #{job['job']} resolves to {run_dir}, the directory of job #{other.get('job')} of "
+                              "this sweep; give every job its own (${hydra.job.override_dirname}, "
+                              "${hydra.job.num})")
+
+
+def _records(sweep_dir: str) -> list[dict]:
+    path = Path(sweep_dir) / SWEEP_STATUS
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
 def _record_job(sweep_dir: str, job: dict) -> None:
     with open(Path(sweep_dir) / SWEEP_STATUS, "a", encoding="utf-8") as f:
         f.write(json.dumps(job) + "\n")
@@ -54,31 +141,32 @@ def _record_job(sweep_dir: str, job: dict) -> None:
 
 class SweepStatus(Callback):
     """Refuses an unusable ``hydra.run.dir`` / ``hydra.sweep.dir`` with one line before Hydra
-    creates it, and ends a sweep with one summary line and exit status 1 when any job did not finish."""
+    creates it (noting what exists, so that what Hydra creates for a refused run can go again:
+    :func:`dadam3.run_dir.note_existing`), starts an invocation, and ends a sweep with one
+    summary line and exit status 1 when any of its jobs did not finish."""
 
     def __init__(self):
-        self._start = 0
+        self._invocation = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         _usable_or_exit("hydra.run.dir", config.hydra.run.dir)
+        note_existing(config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         _usable_or_exit("hydra.sweep.dir", config.hydra.sweep.dir)
-        status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
-        self._start = status.stat().st_size if status.is_file() else 0
+        note_existing(config.hydra.sweep.dir)
+        self._invocation = f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:8]}"
+        os.environ[INVOCATION_ENV] = self._invocation
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
-        jobs = []
-        if status.is_file():
-            with open(status, encoding="utf-8") as f:
-                f.seek(self._start)
-                jobs = [json.loads(line) for line in f if line.strip()]
-        failed = [j for j in jobs if j["status"] != "finished"]
+        jobs = [j for j in _records(config.hydra.sweep.dir) if j.get("invocation") == self._invocation]
+        failed = [j for j in jobs if j.get("status") != "finished"]
         if not failed:
             print(f"sweep: all {len(jobs)} jobs finished", file=sys.stderr, flush=True)
             return
-        which = "; ".join(f"#{j['job']} {j['overrides'] or '(no overrides)'}: {j['status']}" for j in failed)
+        which = "; ".join(f"#{j.get('job')} {j.get('overrides') or '(no overrides)'}: {j.get('status')}"
+                          for j in failed)
         print(f"error: sweep: {len(failed)} of {len(jobs)} jobs did not finish ({which}); see {status}",
               file=sys.stderr, flush=True)
         sys.exit(1)
@@ -86,6 +174,8 @@ class SweepStatus(Callback):
 
 def _usable_or_exit(key: str, path: str) -> None:
     try:
+        if not str(path).strip():
+            raise ConfigError(key, path, "is empty (it would write into the current directory); name a directory")
         check_usable_dir(key, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)

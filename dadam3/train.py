@@ -10,16 +10,22 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train dataset=cifar10 dataset.root=~/data optimizer=dadam3 nodes=5
     python -m dadam3.train -m optimizer=dadam3,dosg optimizer.lr=1e-4,5e-5 seed=0,1
     python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
+
+A resume needs no more than ``resume=DIR``: the run's configuration comes from its directory
+(the overrides in ``.hydra/``, :func:`resumed_config`), and only keys given on the command
+line change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from functools import partial
 from pathlib import Path
 
 import hydra
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -33,28 +39,30 @@ from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error, n
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
-from dadam3.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
+from dadam3.checkpoint import resolve_resume_path, resume_override
+from dadam3.job_log import JOB_LOG, JobLog, record_provenance, run_overrides, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
-from dadam3.run_dir import RunDir, claim_run_dir
+from dadam3.run_dir import RunDir, claim_run_dir, discard_if_unused
 from dadam3.run_logging import NullLogger, build_logger
-from dadam3.schema import TrainConfig, check_overrides, train_settings
+from dadam3.schema import TrainConfig, check_overrides, config_error, merged_overrides, train_settings
 from dadam3.sweep import sweep_job
 
 log = logging.getLogger(__name__)
 
 
-def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
+def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False) -> WGANTrainer:
     """Data, nets, optimizers, logger and hooks from the settings; resumes if asked. With
     ``backend=distributed`` this process holds its rank's block of the M nodes.
 
     Every check that can refuse the run comes first (the config, paths, the ranks' agreement,
     the run directory, data, nets, the checkpoint's content and shape, the evaluation weights);
     only then is the run directory created, locked, cleared for ``overwrite=true``, W&B started
-    and ``metrics.jsonl`` created or rewound (:func:`_open_logs`)."""
+    and ``metrics.jsonl`` created or rewound (:func:`_open_logs`). ``dir_named``: the user named
+    ``run_dir`` (a checkpoint that is no run's own may continue there)."""
     _check_launch(s)
     _check_paths(s)
     placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
@@ -70,7 +78,7 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     if s.threads is not None:
         torch.set_num_threads(s.threads)
     mixer = on_every_rank(placement, lambda: _mixer(s, make_mixer))
-    rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement)
+    rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement, dir_named)
     trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
     trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
     nz = trainer.nz
@@ -213,10 +221,38 @@ def _logger(s: TrainConfig, run_dir: Path, ckpt: dict | None):
                         drop_record_at_resume_point=ckpt is not None and not record_at_resume_point_kept(ckpt))
 
 
+def resumed_config(cfg: DictConfig) -> DictConfig:
+    """With ``resume=``: the config composed from the overrides the run was made and resumed
+    with (its ``.hydra/``), then this command line's; without, or for a run without ``.hydra/``,
+    ``cfg`` as composed."""
+    if not cfg.get("resume"):
+        return cfg
+    hc = HydraConfig.get()
+    base = run_overrides(resolve_resume_path(cfg.resume).parent.parent)
+    if not base:
+        return cfg
+    given = merged_overrides(list(hc.overrides.task), [resume_override(cfg.resume)])
+    try:
+        return hydra.compose(config_name=hc.job.config_name, overrides=merged_overrides(base, given,
+                                                                                       ("resume", "overwrite")))
+    except Exception as e:
+        raise config_error(e) from None
+
+
+def _dir_named() -> bool:
+    """Whether the command line named the run's directory (hydra.run.dir, or a sweep's hydra.sweep.dir)."""
+    if not HydraConfig.initialized():
+        return False
+    hc = HydraConfig.get()
+    key = "hydra.sweep.dir" if hc.mode == RunMode.MULTIRUN else "hydra.run.dir"
+    return any(o.partition("=")[0] == key for o in hc.overrides.hydra)
+
+
 def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
     """One run: checks, then (every check passed) the directory's records and provenance, training."""
     with JobLog() as job_log:
-        trainer = build_trainer(train_settings(cfg), run_dir)
+        cfg = resumed_config(cfg)
+        trainer = build_trainer(train_settings(cfg), run_dir, _dir_named())
         job_log.attach(trainer.run_dir / JOB_LOG)
         if trainer.placement.is_main:
             (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
@@ -240,15 +276,38 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        sweep_job(train_run, cfg, run_dir)
-    else:
-        run(cfg, run_dir)
+    try:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_job(train_run, cfg, run_dir)
+        else:
+            run(cfg, run_dir)
+    finally:        # Hydra made it before the checks: a refused run, or a resume that continued elsewhere
+        discard_if_unused(run_dir)
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first,
+    then ``argv`` (:func:`resumed_config`, here so that Hydra composes the run's config and
+    keys of the run's data set or net are known)."""
+    resume = None
+    for arg in argv:
+        try:
+            o = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:          # a flag, or not an override: Hydra says why
+            continue
+        if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
+            resume = o.value()
+    try:
+        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent)
+    except ConfigError:
+        base = []                   # the run says so, in its own words
+    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv
 
 
 if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.train import main as task
+    sys.argv[1:] = resume_argv(sys.argv[1:])
     run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "loop", "experiment"),
             check=partial(check_overrides, "train"))

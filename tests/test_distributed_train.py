@@ -95,7 +95,7 @@ def test_checkpoint_of_two_ranks_resumes_under_three_and_in_the_simulator(tmp_pa
     for name in ("r3", "sim"):
         run = tmp_path / name
         run.mkdir()
-        for f in ("metrics.jsonl", "checkpoints"):
+        for f in ("metrics.jsonl", "checkpoints", "run_id"):     # a copy of the run, its id too
             subprocess.run(["cp", "-r", str(tmp_path / "r2" / f), str(run / f)], check=True)
     ranks(3, tmp_path / "x", "loop.iterations=7", f"resume={tmp_path / 'r3'}")
     simulator(tmp_path / "y", "loop.iterations=7", f"resume={tmp_path / 'sim'}")

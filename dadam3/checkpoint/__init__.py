@@ -4,11 +4,12 @@ and how it is split across ranks (:mod:`~dadam3.checkpoint.contents`: kind, node
 what may change on resume (:mod:`~dadam3.checkpoint.resume`, imported by the run directory's
 checks, not here: it sits in the layer of the run's schema).
 """
-from dadam3.checkpoint.contents import NodeList, rank_rows, stamped, write_checkpoint
+from dadam3.checkpoint.contents import (RUN_ID_FILE, NodeList, rank_rows, read_run_id, resume_command, resume_override,
+                                       stamped, write_checkpoint)
 from dadam3.checkpoint.files import (CHECKPOINT_DIR, CheckpointNotWritten, atomic_save, checkpoint_path, load,
                                      remove_stray_temporaries, resolve_resume_path)
 from dadam3.checkpoint.rng import capture_rng_state, restore_rng_state
 
-__all__ = ["CHECKPOINT_DIR", "CheckpointNotWritten", "NodeList", "atomic_save", "capture_rng_state", "checkpoint_path",
-           "load", "rank_rows", "remove_stray_temporaries", "resolve_resume_path", "restore_rng_state", "stamped",
-           "write_checkpoint"]
+__all__ = ["CHECKPOINT_DIR", "RUN_ID_FILE", "CheckpointNotWritten", "NodeList", "atomic_save", "capture_rng_state",
+           "checkpoint_path", "load", "rank_rows", "read_run_id", "remove_stray_temporaries", "resolve_resume_path",
+           "restore_rng_state", "resume_command", "resume_override", "stamped", "write_checkpoint"]

@@ -8,9 +8,15 @@ W&B run id, the resolved config, whether its record is on the logging grid), sta
 global RNG state. It always holds all M nodes, whatever the placement that wrote it: under
 torch.distributed each rank's :data:`NODE_ENTRIES` are gathered to rank 0, which writes
 (:func:`write_checkpoint`), and a resuming rank takes its own block's rows (:func:`rank_rows`).
+
+Every run directory holds its run id (:data:`RUN_ID_FILE`, written when a run claims it) and
+:func:`write_checkpoint` stamps it into each checkpoint written there (``run_id``): a resume
+continues in a directory only with a checkpoint of that run (:mod:`dadam3.run_dir`).
 """
 from __future__ import annotations
 
+import re
+import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -23,6 +29,31 @@ from dadam3.distributed.placement import Placement
 CHECKPOINT_KIND = "dadam3.train/1"
 # entries with one part per node: gathered from the ranks, sliced again on load
 NODE_ENTRIES = ("G", "D", "opt_g", "opt_d", "window", "sampler", "noise")
+RUN_ID_FILE = "run_id"          # <run_dir>/run_id: the run's id, one line
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    """The id in ``run_dir``/:data:`RUN_ID_FILE`, or None (no file, unreadable, not an id)."""
+    try:
+        text = (Path(run_dir) / RUN_ID_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeError):
+        return None
+    return text if RUN_ID.fullmatch(text) else None
+
+
+def resume_override(run_dir: str | Path) -> str:
+    """``resume=PATH``, PATH quoted for Hydra's override grammar where it needs it (spaces,
+    commas, brackets, quotes)."""
+    path = str(run_dir)
+    if not re.fullmatch(r"[\w./~+@%:-]+", path):
+        path = '"' + path.replace('"', '\\"') + '"'
+    return f"resume={path}"
+
+
+def resume_command(run_dir: str | Path, module: str = "dadam3.train") -> str:
+    """The command line that continues the run in ``run_dir``, quoted for the shell and Hydra."""
+    return f"python -m {module} {shlex.quote(resume_override(run_dir))}"
 
 
 class NodeList(list):
@@ -36,13 +67,15 @@ def stamped(state: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_checkpoint(ckpt: dict[str, Any], path: Path, placement: Placement) -> str | None:
     """Rank 0 writes ``ckpt`` with all M nodes (gathered: a collective when distributed),
-    atomically. Returns None, or on every rank alike why it was not written."""
+    atomically, stamped with the id of the run directory it is written in (``path``'s
+    grandparent). Returns None, or on every rank alike why it was not written."""
     error = None
     if placement.distributed:
         parts = placement.gather_to_main({k: ckpt[k] for k in NODE_ENTRIES})
         if parts is not None:
             ckpt = {**ckpt, **{k: stack_node_states([p[k] for p in parts]) for k in NODE_ENTRIES}}
     if placement.is_main:
+        ckpt = {**ckpt, "run_id": read_run_id(Path(path).parent.parent)}
         try:
             atomic_save(ckpt, path)
         except OSError as e:

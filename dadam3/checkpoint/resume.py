@@ -18,17 +18,28 @@ from dadam3.config import flatten
 from dadam3.errors import ConfigError
 from dadam3.schema import may_change_on_resume
 
-def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[str, list]:
-    """Refuse checkpoints of other runs or kinds, changes to keys that may not change, and a
-    checkpoint already at ``loop.iterations``; return the changed keys (``key -> [checkpoint's
-    value, now]``) but ``resume`` and ``overwrite``."""
+
+def check_checkpoint(ckpt: Any, path: Path) -> None:
+    """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), at
+    an iteration >= 0, with its config, of this version (the ``loop`` group)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
                                                f"(expected kind {CHECKPOINT_KIND})")
-    saved, now = flatten(ckpt.get("config") or {}), flatten(config)
-    if "iterations" in saved:           # written before the loop group: its keys were top-level
+    it = ckpt.get("iteration")
+    if type(it) is not int or it < 0 or not isinstance(ckpt.get("config"), dict):
+        raise ConfigError("resume", str(path), f"the checkpoint claims iteration {it!r} (an iteration is an "
+                                               "integer >= 0) or holds no config: it is damaged or not a run's")
+    if "iterations" in ckpt["config"]:       # written before the loop group: its keys were top-level
         raise ConfigError("resume", str(path), "a checkpoint of an older version (top-level iterations, batch_size, "
                                                "...; now loop.*): resume it with that version or start a new run")
+
+
+def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[str, list]:
+    """Refuse checkpoints of other runs or kinds (:func:`check_checkpoint`), changes to keys that
+    may not change, and a checkpoint already at ``loop.iterations``; return the changed keys
+    (``key -> [checkpoint's value, now]``) but ``resume`` and ``overwrite``."""
+    check_checkpoint(ckpt, path)
+    saved, now = flatten(ckpt["config"]), flatten(config)
     changed = {}
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):

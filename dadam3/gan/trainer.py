@@ -32,8 +32,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dadam3.checkpoint import (CheckpointNotWritten, NodeList, checkpoint_path, rank_rows, restore_rng_state, stamped,
-                               write_checkpoint)
+from dadam3.checkpoint import (CheckpointNotWritten, NodeList, checkpoint_path, rank_rows, restore_rng_state,
+                               resume_command, stamped, write_checkpoint)
 from dadam3.data.node_sampler import node_seed
 from dadam3.divergence import loss_beyond
 from dadam3.distributed.placement import Placement
@@ -263,7 +263,7 @@ class WGANTrainer:
         self.logger.log({"iteration": k, "status": "interrupted", "signal": name, "time": self.wall_time()}, step=k)
         self.logger.finish()
         raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; continue with "
-                                       f"`python -m dadam3.train resume={self.run_dir}`", signum))
+                                       f"`{resume_command(self.run_dir)}`", signum))
 
     def _agreed(self, stop: RunStopped) -> RunStopped:
         """A stop every rank agreed on is printed by rank 0 only."""
@@ -325,7 +325,7 @@ class WGANTrainer:
         except OSError:
             pass                            # the log's disk may be full too
         raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
-                                                f"continue with `python -m dadam3.train resume={self.run_dir}`"))
+                                                f"continue with `{resume_command(self.run_dir)}`"))
 
     def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
         """Continue from a checkpoint of all M nodes, whatever the placement that wrote it."""

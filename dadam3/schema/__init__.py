@@ -24,11 +24,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.schema.fields import check_tree, schema_field
 from dadam3.schema.groups import GROUPS
-from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error
+from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
 from dadam3.schema.runs import LoopSettings, OptimizerChoice, SyntheticConfig, TrainConfig
 
 __all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "OptimizerChoice", "train_settings",
-           "synthetic_settings", "may_change_on_resume", "register", "compose", "check_overrides"]
+           "synthetic_settings", "may_change_on_resume", "register", "compose", "check_overrides",
+           "config_error", "merged_overrides"]
 
 
 def register() -> None:

@@ -61,6 +61,28 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
                 _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
 
 
+def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequence[str] = ()) -> list[str]:
+    """``base`` (a run's overrides, later ones winning) with every key that ``given`` sets (or
+    that ``dropped`` names) removed, then ``given``: what a resume composes, where only the keys
+    on its command line change anything. Overrides Hydra cannot parse are kept as they are."""
+    parser = OverridesParser.create()
+
+    def key(line: str) -> str | None:
+        try:
+            return parser.parse_overrides([line])[0].key_or_group
+        except HydraException:
+            return None
+
+    taken = {key(o) for o in given} | set(dropped)
+    kept: dict = {}
+    for line in base:
+        k = key(line)
+        if k not in taken and not (k or "").startswith("hydra."):
+            kept.pop(k or line, None)
+            kept[k or line] = line
+    return [*kept.values(), *given]
+
+
 def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
     """Walk ``key`` through the schema ``root`` (group nodes: the chosen option's schema, in
     ``cfg``) and check ``value`` with the field's check."""

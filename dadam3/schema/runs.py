@@ -179,8 +179,9 @@ class TrainConfig(Node):
         if self.loop.autocast is not None and self.dtype != "float32":
             raise ConfigError("loop.autocast", self.loop.autocast, f"needs dtype=float32 (dtype={self.dtype}); "
                                                                    "use loop.autocast=null")
-        if self.resume == "":
-            self.resume = None
+        if self.resume is not None and not self.resume.strip():
+            raise ConfigError("resume", self.resume, "is empty (an unset variable?): give a checkpoint file or a "
+                                                     "run directory, or leave resume out for a fresh run")
         self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
 

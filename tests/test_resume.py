@@ -1,0 +1,108 @@
+"""Issue 26 items 9 and 10: ``resume=DIR`` alone is enough (the run's configuration comes from its
+directory; the printed command is quoted), and a resume never continues silently from a
+damaged state (a deleted log, a torn record at the checkpoint, an empty resume=, an impossible
+iteration, an earlier failed attempt). Each test failed before its fix."""
+import logging
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from dadam3.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
+from dadam3.errors import ConfigError
+from dadam3.run_logging import read_jsonl
+
+from test_run_dir import FAST, resume, run_cli
+from trainer_runs import ROOT, TOY, train
+
+
+# ---------------------------------------------------------------- 9: resume=DIR alone
+
+@pytest.mark.parametrize("path", ["/tmp/a b", "/tmp/a,b", "/tmp/it's [1]", '/tmp/q"x', "/tmp/plain_dir-1.x"])
+def test_9_the_continue_command_is_quoted_for_the_shell_and_hydra(path):
+    words = shlex.split(resume_command(path))
+    assert words[:3] == ["python", "-m", "dadam3.train"] and len(words) == 4
+    override = OverridesParser.create().parse_overrides([words[3]])[0]
+    assert override.key_or_group == "resume" and override.value() == path
+
+
+@pytest.mark.slow
+def test_9_resume_dir_alone_continues_a_run_made_with_overrides(tmp_path):
+    run = tmp_path / "a run, with overrides"
+    r = run_cli(*FAST, "loop.iterations=3", "dataset.radius=3", "optimizer.lr=1e-3", f'hydra.run.dir="{run}"')
+    assert r.returncode == 0, r.stderr[-2000:]
+    # exactly the printed command (python -> this interpreter), plus the one change
+    command = resume_command(run).replace("python", shlex.quote(sys.executable), 1) + " loop.iterations=5"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=tmp_path, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    resumed = [x for x in read_jsonl(run / "metrics.jsonl") if x["status"] == "resumed"]
+    assert resumed == [{"iteration": 3, "status": "resumed", "changed": {"loop.iterations": [3, 5]},
+                        "time": resumed[0]["time"]}]
+    assert read_jsonl(run / "metrics.jsonl")[-1] == {**read_jsonl(run / "metrics.jsonl")[-1], "iteration": 5,
+                                                      "status": "finished"}
+    # a key that fixes the run is still refused, naming the run's own value (not a default)
+    r = run_cli(resume_override(run), "loop.iterations=7", "dataset.radius=2")
+    assert r.returncode == 2 and "error: dataset.radius=2.0: cannot change on resume" in r.stderr, r.stderr
+    assert "dataset.radius=3.0" in r.stderr
+
+
+# ---------------------------------------------------------------- 10: damaged states are not continued silently
+
+def test_10_a_deleted_log_is_refused(tmp_path):
+    run = tmp_path / "run"
+    train(TOY + ["loop.iterations=3"], run)
+    (run / "metrics.jsonl").unlink()
+    with pytest.raises(ConfigError, match=r"metrics.jsonl is missing \(the run's log up to iteration 3 is gone\)"):
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
+    assert not (run / "metrics.jsonl").exists()
+
+
+def test_10_a_torn_record_at_the_checkpoint_is_named(tmp_path, caplog):
+    run = tmp_path / "run"
+    train(TOY + ["loop.iterations=4"], run)              # checkpoint at 4, on the logging grid
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    assert '"iteration": 4' in lines[-2] and '"finished"' in lines[-1]
+    (run / "metrics.jsonl").write_text("".join(lines[:-2]) + lines[-2][:40])        # killed mid-record
+    with caplog.at_level(logging.WARNING, logger="dadam3.log_rewind"):
+        t = resume(TOY + ["loop.iterations=6", f"resume={run}"], tmp_path / "x")
+    said = [r.getMessage() for r in caplog.records]
+    assert any("dropped the torn last line" in m for m in said), said
+    assert any("the record at iteration 4 (the checkpoint's) is missing or was torn" in m for m in said), said
+    t.fit()
+    t.finish()
+    assert [r["iteration"] for r in read_jsonl(run / "metrics.jsonl") if r["status"] == "running"] == [2, 6]
+
+
+def test_10_an_empty_resume_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        resume(TOY + ["loop.iterations=3", "resume="], tmp_path / "x")
+    assert e.value.key == "resume" and "is empty" in str(e.value)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("iteration", [-5, 2.5, "3"])
+def test_10_an_impossible_iteration_is_refused(tmp_path, iteration):
+    run = tmp_path / "run"
+    train(TOY + ["loop.iterations=3"], run)
+    ckpt = load(checkpoint_path(run))
+    ckpt["iteration"] = iteration
+    atomic_save(ckpt, checkpoint_path(run))
+    with pytest.raises(ConfigError, match=f"the checkpoint claims iteration {iteration!r}"):
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
+
+
+def test_10_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
+    run = tmp_path / "run"
+    train(TOY + ["loop.iterations=3"], run)
+    attempt = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # then the process died
+    attempt.logger.finish()
+    attempt.run.lock.release()
+    t = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
+    t.fit()
+    t.finish()
+    statuses = [r["status"] for r in read_jsonl(run / "metrics.jsonl")]
+    assert statuses.count("resumed") == 1 and statuses[-1] == "finished", statuses

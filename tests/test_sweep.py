@@ -1,0 +1,66 @@
+"""Issue 26 items 2 and 13: sweep jobs that resolve to one directory, and sweeps that can be
+rerun (finished jobs skipped, interrupted ones resumed, every record naming its invocation and,
+over resume=, the run it resumed). Real processes; each test failed before its fix."""
+import json
+
+import pytest
+
+from dadam3.run_logging import read_jsonl
+
+from test_run_dir import FAST, run_cli
+
+
+def statuses(sweep_dir):
+    return [json.loads(x) for x in (sweep_dir / "sweep_status.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_2_jobs_resolving_to_one_directory_never_delete_each_others_results(tmp_path):
+    sweep = tmp_path / "sweep"
+    r = run_cli("-m", *FAST, "loop.iterations=2", "overwrite=true", "seed=0,1", f"hydra.sweep.dir={sweep}",
+                "hydra.sweep.subdir=same")
+    assert r.returncode == 1, r.stderr[-3000:]
+    jobs = statuses(sweep)
+    assert [(j["job"], j["status"]) for j in jobs] == [(0, "finished"), (1, "refused")]
+    assert jobs[1]["message"].startswith("error: hydra.sweep.subdir=same: job #1 resolves to ") and \
+        "the directory of job #0 of this sweep" in jobs[1]["message"]
+    assert "seed: 0\n" in (sweep / "same" / "config_resolved.yaml").read_text()      # job 0's results stay
+    assert read_jsonl(sweep / "same" / "metrics.jsonl")[-1]["status"] == "finished"
+    assert "error: sweep: 1 of 2 jobs did not finish (#1 " in r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_13_a_rerun_sweep_skips_finished_jobs_and_resumes_interrupted_ones(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*FAST, "loop.iterations=4"]
+    assert run_cli(*args, "seed=0", f"hydra.run.dir={sweep / 's0'}").returncode == 0               # finished
+    assert run_cli(*FAST, "loop.iterations=2", "seed=1", f"hydra.run.dir={sweep / 's1'}").returncode == 0
+    log = sweep / "s1" / "metrics.jsonl"                 # s1 as a SIGTERM at iteration 2 leaves it
+    kept = [r for r in read_jsonl(log) if r["status"] != "finished"]
+    log.write_text("".join(json.dumps(r) + "\n" for r in kept)
+                   + json.dumps({"iteration": 2, "status": "interrupted", "signal": "SIGTERM", "time": 1.0}) + "\n")
+    s0 = (sweep / "s0" / "metrics.jsonl").read_bytes()
+
+    r = run_cli("-m", *args, "seed=0,1", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=s${seed}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "sweep: all 2 jobs finished" in r.stderr
+    jobs = statuses(sweep)
+    assert len({j["invocation"] for j in jobs}) == 1 and jobs[0]["invocation"][:4].isdigit()
+    assert [(j["job"], j["status"], j["message"]) for j in jobs] == [
+        (0, "finished", "finished in an earlier invocation: skipped"), (1, "finished", "")]
+    assert jobs[1]["resume"] == str(sweep / "s1") and "resume" not in jobs[0]
+    assert (sweep / "s0" / "metrics.jsonl").read_bytes() == s0
+    records = read_jsonl(log)
+    assert [r["status"] for r in records if r["status"] != "running"] == ["resumed", "finished"]
+    assert records[-1]["iteration"] == 4
+
+    # a sweep over resume= of runs made with overrides: resume=DIR alone, each record names its run
+    r = run_cli("-m", f"resume={sweep / 's0'},{sweep / 's1'}", "loop.iterations=6",
+                f"hydra.sweep.dir={tmp_path / 'more'}", "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = statuses(tmp_path / "more")
+    assert [(j["resume"], j["status"]) for j in jobs] == [(str(sweep / "s0"), "finished"),
+                                                          (str(sweep / "s1"), "finished")]
+    assert jobs[0]["invocation"] != statuses(sweep)[0]["invocation"]
+    assert read_jsonl(sweep / "s1" / "metrics.jsonl")[-1]["iteration"] == 6
+    assert sorted(p.name for p in (tmp_path / "more").iterdir()) == ["multirun.yaml", "sweep_status.jsonl"]  # no job dirs
