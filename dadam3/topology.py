@@ -17,6 +17,7 @@ Everything here is pure numpy (float64); nothing touches torch.distributed.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,10 @@ import numpy as np
 
 from dadam3.errors import ConfigError, check_int
 
-TOLERANCE = 1e-6
+log = logging.getLogger(__name__)
+
+TOLERANCE = 1e-6          # a W further than this from doubly stochastic is refused
+EXACT = 1e-14             # a W within TOLERANCE but further than this is projected (Sinkhorn)
 TOPOLOGIES = ("ring", "complete", "torus", "star", "exponential", "erdos_renyi",
               "explicit", "one_peer_exponential")
 
@@ -204,11 +208,11 @@ def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
     rows, cols = W.sum(axis=1), W.sum(axis=0)
     if np.max(np.abs(rows - 1)) > tol:
         i = int(np.argmax(np.abs(rows - 1)))
-        raise ConfigError(key, f"row {i} sums to {rows[i]:.6g}",
+        raise ConfigError(key, f"row {i} sums to {_sum_text(rows[i])}",
                           "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
     if np.max(np.abs(cols - 1)) > tol:
         j = int(np.argmax(np.abs(cols - 1)))
-        raise ConfigError(key, f"column {j} sums to {cols[j]:.6g}",
+        raise ConfigError(key, f"column {j} sums to {_sum_text(cols[j])}",
                           "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
     if symmetric and np.max(np.abs(W - W.T)) > tol:
         raise ConfigError(key, "non-symmetric matrix",
@@ -217,6 +221,50 @@ def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
     if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
         raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}",
                           "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
+
+
+def stochastic_deviation(W: np.ndarray) -> float:
+    """max over rows and columns of |sum - 1|."""
+    return float(max(np.max(np.abs(W.sum(axis=1) - 1)), np.max(np.abs(W.sum(axis=0) - 1))))
+
+
+def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True, max_iter: int = 1000) -> np.ndarray:
+    """W (already :func:`validate`-d, so within ``TOLERANCE``) made doubly stochastic to
+    rounding (every row and column sum within :data:`EXACT` of 1), logged in one line.
+
+    Mixing with rows summing to 1 + delta scales the node average by about (1 + delta) at every
+    round, so a "nearly" stochastic W drifts the average over many iterations. A W already
+    within ``EXACT`` is returned as given. Otherwise Sinkhorn-Knopp scaling
+    ``W <- D_r W D_c`` keeps W's zero pattern; a symmetric W is first symmetrised
+    (``(W + W^T)/2``) and then scaled symmetrically, ``W <- D W D`` with
+    ``D = diag(1/sqrt(W 1))``, so it stays exactly symmetric."""
+    W0 = np.array(W, dtype=float)
+    before = stochastic_deviation(W0)
+    if before <= EXACT and (not symmetric or np.array_equal(W0, W0.T)):
+        return W0
+    W = np.maximum(W0, 0.0)                    # validate allowed entries down to -TOLERANCE
+    if symmetric:
+        W = (W + W.T) / 2
+    settled = 0
+    for _ in range(max_iter):
+        settled = settled + 1 if stochastic_deviation(W) <= EXACT else 0
+        if settled > 3:                   # a few more rounds once within EXACT: down to rounding
+            break
+        if symmetric:
+            d = 1.0 / np.sqrt(W.sum(axis=1))
+            W = W * np.outer(d, d)
+        else:
+            W = W / W.sum(axis=1, keepdims=True)
+            W = W / W.sum(axis=0, keepdims=True)
+    after = stochastic_deviation(W)
+    if after > EXACT:
+        raise ConfigError(key, f"row/column sums off by {before:.3g}",
+                          f"cannot be scaled to doubly stochastic within {EXACT:g} (left {after:.3g}); give an "
+                          "exactly doubly stochastic matrix")
+    log.info("%s: rows/columns sum to 1 only within %.3g; using its doubly stochastic scaling "
+             "(Sinkhorn%s, max |sum - 1| now %.3g, largest entry change %.3g)", key, before,
+             ", symmetric" if symmetric else "", after, float(np.max(np.abs(W - W0))))
+    return W
 
 
 # --------------------------------------------------------------------------- topology object
@@ -300,8 +348,10 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         if W.shape[0] != nodes:
             raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} (nodes={nodes})")
         validate(W, key, symmetric=require_symmetric)
+        W = make_doubly_stochastic(W, key, symmetric=require_symmetric)
     else:
         validate(W, f"name={name}")
+        W = make_doubly_stochastic(W, f"name={name}")
     return Topology(name, nodes, rounds, static_W=W)
 
 
@@ -309,6 +359,11 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
 def check_nodes(M) -> int:
     """M as an int: the number of nodes of a topology, a node layout or a sampler (>= 1)."""
     return check_int("nodes", M, 1)
+
+
+def _sum_text(total: float) -> str:
+    """A row or column sum, readable also when it is 1 + 1.3e-06 (``:.6g`` would print 1)."""
+    return f"{total:.6g}" if abs(total - 1) >= 1e-4 else f"1{total - 1:+.3g}"
 
 
 def _connected(A: np.ndarray) -> bool:
