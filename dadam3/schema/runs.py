@@ -198,6 +198,7 @@ class SyntheticConfig(Node):
     iterations: int = knob(10_000_000, Int(1))
     seed: int = knob(0, Int(0, SEED_MAX))
     backend: str = knob("kernel", Choice(("kernel", "torch")))   # kernel: compiled, proven equal to torch
+    overwrite: bool = knob(False, boolean)                      # replace an earlier run's results in hydra.run.dir
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
     topology: Any = knob(MISSING)
