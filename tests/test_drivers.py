@@ -114,3 +114,23 @@ def test_toy_gaussians_skips_a_diverged_run_and_draws_the_figure(tmp_path):
         assert "--run 'DOSG (diverged)=" in r.stderr          # bash -x shows the plot's arguments
         assert (tmp_path / "toy_gaussians.png").stat().st_size > 0
     assert not (tmp_path / "dosg" / "train.log").exists()          # never resumed
+
+
+@pytest.mark.slow
+def test_fig1_script_reproduces_the_committed_files(tmp_path):
+    """scripts/fig1_synthetic.sh on a fresh clone changes no committed file: run into a copy of
+    results/fig1, every tracked file there comes out byte for byte the same (twice: the second
+    run replaces the first's results, overwrite=true). After a change to the synthetic game's
+    code or config, regenerate them with `make fig1` and commit."""
+    tracked = subprocess.run(["git", "ls-files", "results/fig1"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {"results/fig1/dadam3/metrics.csv", "results/fig1/dadam3/.hydra/config.yaml",
+            "results/fig1/fig1_synthetic.png"} <= set(tracked)
+    env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    for _ in range(2):
+        r = subprocess.run(["bash", "scripts/fig1_synthetic.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+        changed = [f for f in tracked if (tmp_path / f[len("results/fig1/"):]).read_bytes() != (ROOT / f).read_bytes()]
+        assert changed == [], changed
