@@ -37,6 +37,7 @@ from dadam3.errors import ConfigError, exit_on_config_error, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
+from dadam3.optim import mixer_for
 from dadam3.run_dir import RUN_FILES, RunDir, check_run_dir
 from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.signals import Interrupted, StopSignals
@@ -95,6 +96,9 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
     :class:`~dadam3.signals.Interrupted`."""
     with JobLog() as job_log:
         s = synthetic_settings(cfg)
+        t = s.topology
+        with named_as({**t.keys("topology."), "name": "optimizer"}):   # the graph too, before any write
+            mixer_for(s.optimizer.name, s.nodes, t.name, t.rounds, **t.options)
         rd = check_synthetic_dir(out_dir, s.overwrite)
         if stop.signum is not None:            # a signal during the checks: nothing written
             rd.release()

@@ -57,6 +57,8 @@ class OptimizerChoice:
     def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
         o = dict(mapping)
         name = o.pop("name")
+        if not isinstance(name, str):
+            raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
         with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
             hparams = optimizer_spec(name).check_hparams(o)
         if "eps" in hparams and not hparams["eps"] > 0:
@@ -162,6 +164,7 @@ class TrainConfig(Node):
             raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
         if not data.is_images and arch != "mlp":
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
+        _check_meaningful_for_points(self)
         if self.backend == "local":
             for f in fields(self.distributed):
                 if getattr(self.distributed, f.name) != f.default:
@@ -178,6 +181,28 @@ class TrainConfig(Node):
             self.resume = None
         self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
+
+
+# the metrics keys of an image evaluation only; 2-D points are scored by modes covered and the
+# share of high-quality samples, which read metrics.every and metrics.samples
+IMAGE_METRICS_KEYS = ("inception", "fid", "kid", "feature_extractor", "inception_weights", "download_weights",
+                      "batch_size", "per_node", "cache_dir")
+
+
+def _check_meaningful_for_points(s: TrainConfig) -> None:
+    """With 2-D points (dataset=gaussians), keys that only mean something for images are
+    refused when set (a default is fine), and the MLP's data dimension must be the points'."""
+    if s.dataset.is_images:
+        return
+    defaults = Metrics()
+    for key in IMAGE_METRICS_KEYS:
+        if getattr(s.metrics, key) != getattr(defaults, key):
+            value = getattr(s.metrics, key)
+            raise ConfigError(f"metrics.{key}", str(value).lower() if isinstance(value, bool) else value,
+                              f"means nothing for dataset={s.dataset.name} (2-D points: the evaluation is modes "
+                              "covered and high-quality share, set by metrics.every and metrics.samples)")
+    if s.model.data_dim != 2:
+        raise ConfigError("model.data_dim", s.model.data_dim, f"must be 2: dataset={s.dataset.name} is 2-D points")
 
 
 @dataclass
