@@ -131,8 +131,21 @@ def test_at_the_command_line(tmp_path, entry, args, says):
     (["metrics.inception_weights=w.pth"], "metrics.inception_weights=w.pth: means nothing for dataset=gaussians"),
     (["metrics.batch_size=10"], "metrics.batch_size=10: means nothing for dataset=gaussians"),
     (["model.data_dim=3"], "model.data_dim=3: must be 2: dataset=gaussians is 2-D points"),
+    (["cuda.channels_last=true"], "cuda.channels_last=true: only used on a CUDA device (device=cpu)"),
+    (["optimizer=adam3", "nodes=1", "topology=torus"], "topology=torus: means nothing for optimizer=adam3, the "
+                                                       "single-node algorithm"),
 ])
-def test_options_that_mean_nothing_for_2d_points_are_refused(args, says):
+def test_options_that_mean_nothing_for_the_chosen_run_are_refused(args, says):
+    """Keys for images with 2-D points, CUDA keys on the CPU, a graph for the single-node algorithm."""
     with pytest.raises(ConfigError) as e:
         train_settings(compose("train", ["experiment=toy_gaussians", *args]))
     assert str(e.value).startswith(says)
+    if args[0].startswith("optimizer="):
+        with pytest.raises(ConfigError, match="^topology=torus: means nothing for optimizer=adam3"):
+            synthetic_settings(compose("synthetic", args))
+
+
+def test_the_same_keys_at_their_defaults_are_accepted():
+    s = train_settings(compose("train", ["experiment=toy_gaussians", "cuda.channels_last=false",
+                                         "metrics.fid=false", "model.data_dim=2"]))
+    assert s.device == "cpu" and not s.metrics.fid

@@ -73,6 +73,9 @@ class OptimizerChoice:
         if forced is not None and topology != forced:
             raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
                                                     f"selects it); drop topology={topology}")
+        if optimizer_spec(self.name).single_node and topology != "ring":     # ring: the config's default
+            raise ConfigError("topology", topology, f"means nothing for optimizer={self.name}, the single-node "
+                                                    f"algorithm (nodes=1, no mixing); drop topology={topology}")
 
 
 @dataclass
@@ -165,6 +168,7 @@ class TrainConfig(Node):
         if not data.is_images and arch != "mlp":
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
+        _check_cuda_keys_on_cpu(self)
         if self.backend == "local":
             for f in fields(self.distributed):
                 if getattr(self.distributed, f.name) != f.default:
@@ -203,6 +207,17 @@ def _check_meaningful_for_points(s: TrainConfig) -> None:
                               "covered and high-quality share, set by metrics.every and metrics.samples)")
     if s.model.data_dim != 2:
         raise ConfigError("model.data_dim", s.model.data_dim, f"must be 2: dataset={s.dataset.name} is 2-D points")
+
+
+def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
+    """``cuda.*`` set (not its default) with ``device=cpu``: applied only on a CUDA device."""
+    if s.device != "cpu":
+        return
+    for f in fields(s.cuda):
+        value = getattr(s.cuda, f.name)
+        if value != f.default:
+            raise ConfigError(f"cuda.{f.name}", str(value).lower(), "only used on a CUDA device (device=cpu); "
+                                                                    "drop it or use device=cuda")
 
 
 @dataclass
