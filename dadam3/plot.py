@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -71,9 +72,35 @@ def fig1(runs: dict[str, Path], out: Path) -> None:
 
 def _save(fig, out: Path) -> None:
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=150)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=150)
+    except OSError as e:
+        raise PlotInputError(f"--out={out}: cannot be written ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
+
+
+def check_out(out: Path, figure: str) -> None:
+    """``--out``: a suffix matplotlib can write (a figure) and a file this process can create or
+    replace, checked by opening it before anything is drawn (root passes ``os.access`` checks
+    that the kernel then refuses, e.g. under /proc). A directory that does not exist yet is
+    created, as for a run's outputs."""
+    if figure != "summary":
+        formats = plt.figure().canvas.get_supported_filetypes()
+        plt.close("all")
+        if out.suffix.lstrip(".").lower() not in formats:
+            raise ConfigError("--out", str(out), f"needs the suffix of a format matplotlib writes: "
+                                                 f"{', '.join('.' + f for f in sorted(formats))}")
+    check_writable_file("--out", out)
+    existed = out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "ab"):
+            pass
+    except OSError as e:
+        raise ConfigError("--out", str(out), f"cannot be written ({e.strerror or e}); choose another path") from None
+    if not existed:
+        out.unlink(missing_ok=True)
 
 
 def read_records(path: Path) -> list[dict]:
@@ -85,13 +112,26 @@ def read_records(path: Path) -> list[dict]:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise PlotInputError(f"{path}: not a metrics.jsonl of python -m dadam3.train ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:100]})") from None
-    if not recs or not all(isinstance(r, dict) and "iteration" in r for r in recs):
-        raise PlotInputError(f"{path}: no records" if not recs else f"{path}: a record without an iteration")
+    if not recs:
+        raise PlotInputError(f"{path}: no records")
+    for n, r in enumerate(recs, 1):
+        if not isinstance(r, dict):
+            what = {list: "an array", str: "a string", type(None): "null", bool: "a boolean"}.get(type(r), "a number")
+            raise PlotInputError(f"{path}: record {n} is {what}, not a record (a JSON object with an iteration)")
+        it = r.get("iteration")
+        if isinstance(it, bool) or not isinstance(it, int) or it < 0:
+            raise PlotInputError(f"{path}: record {n} has iteration={json.dumps(it)[:40]}: not an integer >= 0")
     return recs
 
 
 def read_jsonl_metric(run_dir: Path, key: str) -> tuple[list[int], list[float]]:
-    recs = [r for r in read_records(run_dir / "metrics.jsonl") if r.get(key) is not None]
+    """(iterations, values) of the records of ``run_dir/metrics.jsonl`` that have ``key``."""
+    path = run_dir / "metrics.jsonl"
+    recs = [r for r in read_records(path) if r.get(key) is not None]
+    for r in recs:
+        if isinstance(r[key], bool) or not isinstance(r[key], (int, float)):
+            raise PlotInputError(f"{path}: the record of iteration {r['iteration']} has {key}="
+                                 f"{json.dumps(r[key])[:40]}: not a number")
     return [r["iteration"] for r in recs], [float(r[key]) for r in recs]
 
 
@@ -158,12 +198,14 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
         its = sorted({r["iteration"] for r in ends})
         status = ("" if all(r.get("status") == "finished" for r in ends) else
                   " (diverged)" if any(r.get("status") == "diverged" for r in ends) else " (not finished)")
-        wall = np.mean([r.get("time", float("nan")) for r in ends])
+        wall = np.mean([t if isinstance(t := r.get("time"), (int, float)) else float("nan") for r in ends])
         lines.append(f"| {label} | {len(run_dirs)} | {'/'.join(map(str, its))}{status} | " + " | ".join(cells)
                      + f" | {wall:.0f} |")
     lines += ["", "Last evaluation of each run; with several seeds, mean ± sample standard deviation (n − 1) over them."]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
+    try:
+        out.write_text("\n".join(lines) + "\n")
+    except OSError as e:
+        raise PlotInputError(f"--out={out}: cannot be written ({e.strerror or e})") from None
 
 
 FIGURES = {
@@ -196,6 +238,10 @@ def main(argv=None) -> None:
     for spec in a.run:
         label, _, dirs = spec.partition("=")
         paths = [Path(d) for d in dirs.split(",") if d]
+        if not label.strip() or label in runs:
+            why = "an empty label" if not label.strip() else f"the label {label!r} twice (each curve needs its own)"
+            print(f"error: --run={spec}: {why}; expected LABEL=DIR[,DIR...]", file=sys.stderr)
+            sys.exit(2)
         if not paths or not all((d / needs).is_file() for d in paths):
             print(f"error: --run={spec}: expected LABEL=DIR[,DIR...] with DIR/{needs}", file=sys.stderr)
             sys.exit(2)
@@ -206,7 +252,7 @@ def main(argv=None) -> None:
     if a.figure == "fig1":
         runs = {label: dirs[0] for label, dirs in runs.items()}
     try:
-        check_writable_file("--out", a.out)
+        check_out(a.out, a.figure)
         draw(runs, a.out)
     except (ConfigError, PlotInputError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,51 +1,122 @@
 """``python -m dadam3.synthetic``: the synthetic game of Section 5.1 (paper Fig. 1).
 
 Writes ``metrics.csv`` (iteration,error,avg_grad_sq_norm at ~50 log-spaced iterations
-and the last) and ``status.json`` (``{"status": "finished"}``, or ``"diverged"`` with the
+and the last), ``status.json`` (``{"status": "finished"}``, or ``"diverged"`` with the
 iteration and message, then the exit status is 3; or ``"interrupted"`` after SIGINT/SIGTERM,
-with what was logged until then, exit status 130/143) into the Hydra run directory. Example::
+with what was logged until then, exit status 130/143), ``synthetic.log`` and ``.hydra/``
+into the Hydra run directory. Example::
 
     python -m dadam3.synthetic optimizer=dp_oadam iterations=1000000 hydra.run.dir=out/dp
+    python -m dadam3.synthetic -m optimizer=dadam3,dp_oadam optimizer.lr=1e-2,1e-1
+
+The run directory follows the trainer's contract (:mod:`dadam3.run_dir`): every check comes
+before anything is written; a directory holding an earlier synthetic run's results is refused
+unless ``overwrite=true`` (which replaces them), one holding a training run's files always;
+a live writer's lock is refused. The exit status always matches ``status.json``: a signal
+that arrives after the last iteration leaves a finished run (exit 0). A ``-m`` sweep runs
+every job (a diverged or refused one is recorded in ``<sweep dir>/sweep_status.jsonl``) and
+ends with the trainer's summary line (:class:`dadam3.sweep.SweepStatus`).
 """
 from __future__ import annotations
 
 import csv
 import json
 import logging
+import os
 import signal
 from functools import partial
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.errors import exit_on_config_error, named_as
+from dadam3.errors import ConfigError, exit_on_config_error, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
-from dadam3.schema import check_overrides, synthetic_settings
-from dadam3.signals import StopSignals
+from dadam3.job_log import JobLog, write_provenance
+from dadam3.optim import mixer_for
+from dadam3.run_dir import RUN_FILES, RunDir, check_run_dir
+from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
+from dadam3.signals import Interrupted, StopSignals
+from dadam3.sweep import sweep_job
 
 log = logging.getLogger(__name__)
 
+METRICS, STATUS, JOB_LOG = "metrics.csv", "status.json", "synthetic.log"
+RESULTS = (METRICS, STATUS)           # a directory holding one of these holds a synthetic run's results
+
+
+def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
+    """Every check of the directory a synthetic run writes into, writing nothing: a training
+    run's files are refused; an earlier synthetic run's results unless ``overwrite``; a live
+    writer's lock (and an unusable path) as :func:`dadam3.run_dir.check_run_dir` refuses them."""
+    trainer = [name for name in RUN_FILES if (out_dir / name).exists()]
+    if trainer:
+        raise ConfigError("hydra.run.dir", str(out_dir), f"holds a training run's files ({', '.join(trainer)}); "
+                                                         "choose another directory")
+    rd = check_run_dir(out_dir, None, {}, overwrite=False)
+    try:
+        earlier = [name for name in (*RESULTS, JOB_LOG) if (out_dir / name).exists() or (out_dir / name).is_symlink()]
+        if any(name in RESULTS for name in earlier) and not overwrite:
+            raise ConfigError("hydra.run.dir", str(out_dir),
+                              f"holds an earlier run's results ({', '.join(earlier)}); choose a new directory, or "
+                              "set overwrite=true to replace them")
+        for name in earlier:                 # everything overwrite=true deletes can be deleted
+            path = out_dir / name
+            if path.is_dir():
+                raise ConfigError("hydra.run.dir", str(out_dir), f"{path} is a directory, not a run's file; "
+                                                                 "remove it or choose another directory")
+        rd.replace = tuple(earlier)
+    except BaseException:
+        rd.release()
+        raise
+    return rd
+
 
 def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
-    with open(out_dir / "metrics.csv", "w", newline="") as f:
+    """metrics.csv, then status.json, each written whole (a temporary file renamed into place)."""
+    tmp = out_dir / f".{METRICS}.tmp"
+    with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["iteration", "error", "avg_grad_sq_norm"])
         for it, err, r in result.rows():
             w.writerow([it, repr(err), repr(r)])
-    (out_dir / "status.json").write_text(json.dumps(status) + "\n")
+    os.replace(tmp, out_dir / METRICS)
+    tmp = out_dir / f".{STATUS}.tmp"
+    tmp.write_text(json.dumps(status) + "\n")
+    os.replace(tmp, out_dir / STATUS)
 
 
-@exit_on_config_error
-def run(cfg: DictConfig, out_dir: Path) -> None:
-    s = synthetic_settings(cfg)
+def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:
+    """One run: every check, then the directory claimed and its records written, then the game.
+    A signal (``stop.signum``, set while ``stop`` is active) ends it as
+    :class:`~dadam3.signals.Interrupted`."""
+    with JobLog() as job_log:
+        s = synthetic_settings(cfg)
+        t = s.topology
+        with named_as({**t.keys("topology."), "name": "optimizer"}):   # the graph too, before any write
+            mixer_for(s.optimizer.name, s.nodes, t.name, t.rounds, **t.options)
+        rd = check_synthetic_dir(out_dir, s.overwrite)
+        if stop.signum is not None:            # a signal during the checks: nothing written
+            rd.release()
+            raise Interrupted(f"{signal.Signals(stop.signum).name} before the run started; nothing was written",
+                              stop.signum)
+        rd.commit()
+        try:
+            job_log.attach(out_dir / JOB_LOG)
+            write_provenance(cfg, out_dir)
+            return _play(s, out_dir, stop)
+        finally:
+            rd.release()
+
+
+def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:
     o, t = s.optimizer, s.topology
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with StopSignals() as stop, named_as(t.keys("topology.")):
+        with named_as(t.keys("topology.")):
             result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
                                    seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
                                    backend=s.backend, stop=lambda: stop.signum is not None)
@@ -54,19 +125,40 @@ def run(cfg: DictConfig, out_dir: Path) -> None:
         raise
     except SyntheticInterrupted as e:
         name = signal.Signals(stop.signum).name
-        e.exit_code = 128 + stop.signum
-        e.args = (f"{name} {e}; {out_dir / 'metrics.csv'} holds the iterations logged so far (rerun to continue: "
-                  "the synthetic runner does not resume)",)
         write_results(out_dir, e.result, {"status": "interrupted", "iteration": e.iteration, "signal": name})
-        raise
+        raise Interrupted(f"{name} {e}; {out_dir / METRICS} holds the iterations logged so far (rerun with "
+                          "overwrite=true to start again: the synthetic runner does not resume)", stop.signum) from None
     write_results(out_dir, result, {"status": "finished", "iteration": s.iterations})
-    log.info("%s: %d iterations on %d nodes in %.2f s; final e_k=%.4g R_k=%.4g -> %s", o.name, s.iterations,
-             s.nodes, result.seconds, result.error[-1], result.avg_grad_sq_norm[-1], out_dir / "metrics.csv")
+    late = "" if stop.signum is None else f" ({signal.Signals(stop.signum).name} came after the last iteration)"
+    log.info("%s: %d iterations on %d nodes in %.2f s; final e_k=%.4g R_k=%.4g -> %s%s", o.name, s.iterations,
+             s.nodes, result.seconds, result.error[-1], result.avg_grad_sq_norm[-1], out_dir / METRICS, late)
+    return result
+
+
+@exit_on_config_error
+def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
+    """``python -m dadam3.synthetic``: one run; a refusal or stop is one line and its exit status."""
+    synthetic_run(cfg, out_dir, stop)
+
+
+# Active from the first task's start to the process's end (never restored in between, also not
+# between a sweep's jobs): a signal at any moment after it is noted, never the default action,
+# so the exit status is decided here and always matches status.json. The handler gives the
+# previous one back after the first signal, so a second signal stops the process at once.
+_STOP = StopSignals()
+_STOP_ACTIVE: list[bool] = []
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="synthetic")
 def main(cfg: DictConfig) -> None:
-    run(cfg, Path(HydraConfig.get().runtime.output_dir))
+    if not _STOP_ACTIVE:
+        _STOP.__enter__()
+        _STOP_ACTIVE.append(True)
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        sweep_job(partial(synthetic_run, stop=_STOP), cfg, out_dir)
+    else:
+        run(cfg, out_dir, _STOP)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Everything here is pure numpy (float64); nothing touches torch.distributed.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,10 @@ import numpy as np
 
 from dadam3.errors import ConfigError, check_int
 
-TOLERANCE = 1e-6
+log = logging.getLogger(__name__)
+
+TOLERANCE = 1e-6          # a W further than this from doubly stochastic is refused
+EXACT = 1e-14             # a W within TOLERANCE but further than this is projected (Sinkhorn)
 TOPOLOGIES = ("ring", "complete", "torus", "star", "exponential", "erdos_renyi",
               "explicit", "one_peer_exponential")
 
@@ -43,12 +47,8 @@ def ring(M: int) -> np.ndarray:
         return np.ones((1, 1))
     if M == 2:
         return np.full((2, 2), 0.5)
-    W = np.zeros((M, M))
-    for i in range(M):
-        for j in range(M):
-            if abs(i - j) <= 1 or abs(i - j) == M - 1:
-                W[i, j] = 1.0 / 3.0
-    return W
+    d = np.abs(np.subtract.outer(np.arange(M), np.arange(M)))
+    return np.where((d <= 1) | (d == M - 1), 1.0 / 3.0, 0.0)
 
 
 def complete(M: int) -> np.ndarray:
@@ -201,15 +201,12 @@ def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
     if W.min() < -tol:
         i, j = np.unravel_index(np.argmin(W), W.shape)
         raise ConfigError(key, f"W[{i},{j}]={W[i, j]:g}", "mixing matrix entries must be >= 0")
-    rows, cols = W.sum(axis=1), W.sum(axis=0)
-    if np.max(np.abs(rows - 1)) > tol:
-        i = int(np.argmax(np.abs(rows - 1)))
-        raise ConfigError(key, f"row {i} sums to {rows[i]:.6g}",
-                          "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
-    if np.max(np.abs(cols - 1)) > tol:
-        j = int(np.argmax(np.abs(cols - 1)))
-        raise ConfigError(key, f"column {j} sums to {cols[j]:.6g}",
-                          "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
+    for what, sums in (("row", W.sum(axis=1)), ("column", W.sum(axis=0))):
+        i = int(np.argmax(np.abs(sums - 1)))
+        if abs(sums[i] - 1) > tol:        # 1+1.3e-06, not 1 (as :.6g would print it)
+            total = f"{sums[i]:.6g}" if abs(sums[i] - 1) >= 1e-4 else f"1{sums[i] - 1:+.3g}"
+            raise ConfigError(key, f"{what} {i} sums to {total}",
+                              "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
     if symmetric and np.max(np.abs(W - W.T)) > tol:
         raise ConfigError(key, "non-symmetric matrix",
                           "must be symmetric (undirected graph, Assumption D); "
@@ -217,6 +214,40 @@ def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
     if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
         raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}",
                           "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
+
+
+def stochastic_deviation(W: np.ndarray) -> float:
+    """max over rows and columns of |sum - 1|."""
+    return float(max(np.max(np.abs(W.sum(axis=1) - 1)), np.max(np.abs(W.sum(axis=0) - 1))))
+
+
+def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True, max_iter: int = 1000) -> np.ndarray:
+    """W (:func:`validate`-d: within ``TOLERANCE``) made doubly stochastic to rounding (row and
+    column sums within :data:`EXACT` of 1; rows summing to 1 + delta would scale the node average
+    by 1 + delta every round), said in one log line; a W within ``EXACT`` is returned as given.
+    Sinkhorn-Knopp scaling ``W <- D_r W D_c`` keeps the zero pattern; a symmetric W is symmetrised,
+    then scaled by ``W <- D W D``, ``D = diag(1/sqrt(W 1))``, so it stays exactly symmetric."""
+    W0 = np.array(W, dtype=float)
+    before = stochastic_deviation(W0)
+    if before <= EXACT and (not symmetric or np.array_equal(W0, W0.T)):
+        return W0
+    W = np.maximum(W0, 0.0)                    # validate allowed entries down to -TOLERANCE
+    if symmetric:
+        W = (W + W.T) / 2
+    settled = 0
+    while settled <= 3 and max_iter > 0:  # a few more rounds once within EXACT: down to rounding
+        settled, max_iter = settled + 1 if stochastic_deviation(W) <= EXACT else 0, max_iter - 1
+        d_row = 1.0 / np.sqrt(W.sum(axis=1)) if symmetric else 1.0 / W.sum(axis=1)
+        W = W * np.outer(d_row, d_row) if symmetric else W * d_row[:, None] / (W * d_row[:, None]).sum(axis=0)
+    after = stochastic_deviation(W)
+    if after > EXACT:
+        raise ConfigError(key, f"row/column sums off by {before:.3g}",
+                          f"cannot be scaled to doubly stochastic within {EXACT:g} (left {after:.3g}); give an "
+                          "exactly doubly stochastic matrix")
+    log.info("%s: rows/columns sum to 1 only within %.3g; using its doubly stochastic scaling "
+             "(Sinkhorn%s, max |sum - 1| now %.3g, largest entry change %.3g)", key, before,
+             ", symmetric" if symmetric else "", after, float(np.max(np.abs(W - W0))))
+    return W
 
 
 # --------------------------------------------------------------------------- topology object
@@ -284,14 +315,9 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
             raise ConfigError("name", name, "product of one period is not connected")
         return topo
     builders: dict[str, Callable[[], np.ndarray]] = {
-        "ring": lambda: ring(nodes),
-        "complete": lambda: complete(nodes),
-        "torus": lambda: torus(nodes, rows),
-        "star": lambda: star(nodes),
-        "exponential": lambda: exponential(nodes),
-        "erdos_renyi": lambda: erdos_renyi(nodes, p, seed),
-        "explicit": lambda: explicit(matrix, file),
-    }
+        "ring": lambda: ring(nodes), "complete": lambda: complete(nodes), "torus": lambda: torus(nodes, rows),
+        "star": lambda: star(nodes), "exponential": lambda: exponential(nodes),
+        "erdos_renyi": lambda: erdos_renyi(nodes, p, seed), "explicit": lambda: explicit(matrix, file)}
     if name not in builders:
         raise ConfigError("name", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
     W = builders[name]()
@@ -299,9 +325,10 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         key = "file" if file is not None else "matrix"
         if W.shape[0] != nodes:
             raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} (nodes={nodes})")
-        validate(W, key, symmetric=require_symmetric)
     else:
-        validate(W, f"name={name}")
+        key, require_symmetric = f"name={name}", True
+    validate(W, key, symmetric=require_symmetric)
+    W = make_doubly_stochastic(W, key, symmetric=require_symmetric)     # every source of W
     return Topology(name, nodes, rounds, static_W=W)
 
 

@@ -1,19 +1,47 @@
-# Sourced by the figure drivers (is_figure.sh, fmnist_figure.sh); needs PY (the python to run).
+# Sourced by the figure drivers (is_figure.sh, toy_gaussians.sh, fmnist_figure.sh); needs PY (the python to run).
 
 # optimizer name -> its label in legends and tables
 declare -A LABEL=([adam3]=Adam3 [oadagrad]=OAdagrad [dadam3]=Dadam3 [cadam3]=Cadam3 [dosg]=DOSG [cosg]=COSG)
 
-# train_or_resume DIR [hydra overrides...]: a finished run is skipped, one with a checkpoint is
-# resumed, anything else starts afresh (overwrite=true: without a checkpoint there is nothing
-# to continue, only the log of a run killed before its first checkpoint).
+# diverged DIR: the run stopped on a NaN/Inf (the last record of its metrics.jsonl says so)
+diverged() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | grep -q '"status": "diverged"'; }
+
+# train_or_resume DIR [hydra overrides...]: a finished run is skipped, and so is a diverged one (a
+# divergence is a result: resuming it would diverge again; remove DIR to train it afresh); one with
+# a checkpoint is resumed, anything else starts afresh (overwrite=true: without a checkpoint there
+# is nothing to continue, only the log of a run killed before its first checkpoint). A run that
+# diverges now returns 0, so the driver goes on to the next runs and the figure; any other
+# failure returns the trainer's exit status.
 train_or_resume() {
-  local dir=$1
+  local dir=$1 rc=0
   shift
   if tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
     echo "$dir: finished, skipped"
+    return 0
+  elif diverged "$dir"; then
+    echo "$dir: diverged, skipped (its last record says where; remove the directory to train it afresh)"
+    return 0
   elif [ -f "$dir/checkpoints/last.pt" ]; then
-    nice "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir"
+    nice "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir" || rc=$?
   else
-    nice "$PY" -m dadam3.train "$@" overwrite=true hydra.run.dir="$dir"
+    nice "$PY" -m dadam3.train "$@" overwrite=true hydra.run.dir="$dir" || rc=$?
   fi
+  if [ "$rc" -ne 0 ] && diverged "$dir"; then
+    echo "$dir: diverged (its last record says where); going on with the next run"
+    return 0
+  fi
+  return "$rc"
+}
+
+# plotted_run LABEL DIR KEY: "--run LABEL=DIR" (LABEL marked "(diverged)" for a diverged run) when
+# DIR/metrics.jsonl has a record with KEY; nothing (and a note on stderr) when the run diverged
+# before it logged one
+plotted_run() {
+  local label=$1 dir=$2 key=$3
+  if ! grep -qs "\"$key\"" "$dir/metrics.jsonl"; then
+    echo "$dir: no $key record (diverged before its first evaluation): not in the figure" >&2
+    return 0
+  fi
+  if diverged "$dir"; then label="$label (diverged)"; fi
+  printf '%s\n' --run "$label=$dir"
 }

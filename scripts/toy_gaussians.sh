@@ -4,15 +4,25 @@
 # to every run, e.g. `bash scripts/toy_gaussians.sh loop.iterations=500`.
 # Writes results/toy_gaussians/{dadam3,dosg,dp_oadam}/ (metrics.jsonl, samples/) and
 # results/toy_gaussians/toy_gaussians.png. Like the other drivers (train_or_resume of
-# scripts/runs.sh) a finished run is skipped and an interrupted one resumed; earlier results are
-# never deleted (remove a directory yourself to start it afresh).
+# scripts/runs.sh) a finished run is skipped, an interrupted one resumed and a diverged one
+# skipped (it does not stop the others; the figure labels it, or leaves it out if it diverged
+# before its first evaluation); earlier results are never deleted (remove a directory yourself
+# to start it afresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 source scripts/runs.sh
 OUT=${TOY_OUT:-results/toy_gaussians}
+runs=()
 for opt in dadam3 dosg dp_oadam; do
   train_or_resume "$OUT/$opt" experiment=toy_gaussians optimizer=$opt loop.progress=false "$@"
 done
-"$PY" -m dadam3.plot toy --run "Dadam3=$OUT/dadam3" --run "DOSG=$OUT/dosg" --run "DP-OAdam=$OUT/dp_oadam" \
-  --out "$OUT/toy_gaussians.png"
+for opt in dadam3 dosg dp_oadam; do
+  mapfile -t -O "${#runs[@]}" runs < <(plotted_run "${LABEL[$opt]:-DP-OAdam}" "$OUT/$opt" modes_covered)
+done
+if [ "${#runs[@]}" -gt 0 ]; then
+  "$PY" -m dadam3.plot toy "${runs[@]}" --out "$OUT/toy_gaussians.png"
+else
+  echo "toy_gaussians: every run diverged before its first evaluation: no figure" >&2
+  rm -f "$OUT/toy_gaussians.png"
+fi

@@ -1,8 +1,11 @@
 """``python -m dadam3.synthetic``: config keys and defaults, metrics.csv, sweeps, and a
 one-line error with non-zero exit for every kind of bad input."""
 import csv
+import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,77 @@ def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: " + key), r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def _files(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
+    """Like the trainer: a directory holding an earlier run's results is refused with one line,
+    nothing in it changed (.hydra/ and the log too); overwrite=true replaces them."""
+    assert synthetic("iterations=200", f"hydra.run.dir={tmp_path}").returncode == 0
+    before = _files(tmp_path)
+    assert {"metrics.csv", "status.json", "synthetic.log", ".hydra/config.yaml"} <= set(before)
+    r = synthetic("iterations=300", "seed=1", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: hydra.run.dir={tmp_path}: holds an earlier run's results (metrics.csv, status.json, synthetic.log); "
+        "choose a new directory, or set overwrite=true to replace them"], r.stderr
+    assert _files(tmp_path) == before
+    r = synthetic("iterations=300", "overwrite=true", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(open(tmp_path / "metrics.csv")))
+    assert rows[-1][0] == "300" and json.loads((tmp_path / "status.json").read_text())["iteration"] == 300
+    assert (tmp_path / "synthetic.log").read_text().count("iterations on 5 nodes") == 1   # the old log replaced
+    assert "overwrite=true" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_a_training_runs_directory_is_refused_even_with_overwrite(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "status": "running"}\n')
+    r = synthetic("iterations=10", "overwrite=true", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: hydra.run.dir={tmp_path}: holds a training run's files (metrics.jsonl); choose another directory"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+def test_sweep_runs_every_job_past_a_diverged_one(tmp_path):
+    """A diverged job is recorded and the sweep goes on; one summary line, exit status 1."""
+    r = synthetic("-m", "optimizer=dsgd", "optimizer.lr=10,1e-3", "iterations=500", f"hydra.sweep.dir={tmp_path}",
+                  "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 1, r.stderr
+    jobs = [json.loads(line) for line in (tmp_path / "sweep_status.jsonl").read_text().splitlines()]
+    assert [(j["job"], j["status"], j["exit"]) for j in jobs] == [(0, "diverged", 3), (1, "finished", 0)]
+    assert json.loads((tmp_path / "0" / "status.json").read_text())["status"] == "diverged"
+    assert json.loads((tmp_path / "1" / "status.json").read_text())["status"] == "finished"
+    assert r.stderr.strip().splitlines()[-1].startswith("error: sweep: 1 of 2 jobs did not finish (#0 ")
+    assert "Traceback" not in r.stderr
+
+
+def _start(tmp_path, *args):
+    return subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", *args, f"hydra.run.dir={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_sigterm_mid_run_is_143_and_interrupted(tmp_path):
+    p = _start(tmp_path, "iterations=100000000")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "synthetic.log").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert p.returncode == 143 and status["status"] == "interrupted" and status["signal"] == "SIGTERM", err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("stopped: SIGTERM after iteration"), err
+
+
+def test_sigterm_after_the_last_iteration_leaves_a_finished_run_with_exit_0(tmp_path):
+    """The exit status matches status.json: a signal after it says finished does not make it 143."""
+    p = _start(tmp_path, "iterations=100")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "status.json").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert (status["status"], p.returncode) == ("finished", 0), err

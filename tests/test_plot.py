@@ -54,3 +54,58 @@ def test_summary_table_holds_the_last_values_over_seeds(seeds, tmp_path):
 def test_bad_runs_are_one_line(tmp_path, figure, run, says):
     r = _plot(figure, "--run", run, "--out", str(tmp_path / "x.png"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("out, says", [
+    ("/proc/x.png", "error: --out=/proc/x.png: cannot be written ("),
+    ("o.xyz", "error: --out=o.xyz: needs the suffix of a format matplotlib writes: "),
+    ("noext", "error: --out=noext: needs the suffix of a format matplotlib writes: "),
+])
+def test_an_unwritable_out_is_one_line_before_drawing(seeds, out, says):
+    r = _plot("is", "--run", f"A={seeds[0]}", "--out", out)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(says), r.stderr
+    assert not (ROOT / out).exists()
+
+
+def test_summary_to_an_unwritable_path_is_one_line(seeds):
+    r = _plot("summary", "--run", f"A={seeds[0]}", "--out", "/proc/x.md")
+    assert r.returncode == 2 and r.stderr.startswith("error: --out=/proc/x.md: cannot be written ("), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("runs, says", [
+    (["={0}"], "an empty label"),
+    ([" ={0}"], "an empty label"),
+    (["A={0}", "A={1}"], "the label 'A' twice"),
+])
+def test_an_empty_or_repeated_label_is_refused(seeds, tmp_path, runs, says):
+    args = [a for spec in runs for a in ("--run", spec.format(*seeds))]
+    r = _plot("is", *args, "--out", str(tmp_path / "x.png"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("line, says", [
+    ("[1, 2]", "record 2 is an array, not a record"),
+    ("3", "record 2 is a number, not a record"),
+    ('"x"', "record 2 is a string, not a record"),
+    ("null", "record 2 is null, not a record"),
+    ('{"status": "running"}', "record 2 has iteration=null: not an integer >= 0"),
+    ('{"iteration": "20"}', 'record 2 has iteration="20": not an integer >= 0'),
+    ('{"iteration": 2.5}', "record 2 has iteration=2.5: not an integer >= 0"),
+    ('{"iteration": true}', "record 2 has iteration=true: not an integer >= 0"),
+    ('{"iteration": [20]}', "record 2 has iteration=[20]: not an integer >= 0"),
+    ('{"iteration": 20, "is_mean": "high"}', 'the record of iteration 20 has is_mean="high": not a number'),
+    ('{"iteration": 20, "is_mean": [1]}', "the record of iteration 20 has is_mean=[1]: not a number"),
+    ('{"iteration": 20, "is_mean": {"a": 1}}', 'has is_mean={"a": 1}: not a number'),
+])
+@pytest.mark.parametrize("figure", ["is", "summary"])
+def test_json_lines_that_are_not_records_are_one_line(tmp_path, line, says, figure):
+    """Lines of metrics.jsonl that parse as JSON but are not a record of the trainer's."""
+    d = _run(tmp_path / "r", [{"iteration": 10, "status": "running", "is_mean": 2.0}])
+    with open(d / "metrics.jsonl", "a") as f:
+        f.write(line + "\n")
+    out = tmp_path / ("x.md" if figure == "summary" else "x.png")
+    r = _plot(figure, "--run", f"A={d}", "--out", str(out))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: {d / 'metrics.jsonl'}: ") and says in r.stderr, r.stderr

@@ -122,3 +122,60 @@ def test_bad_names_and_values():
         T.build_topology("erdos_renyi", 4, p=0)
     with pytest.raises(ConfigError, match=r"^file=/nonexistent/W.npy: no such file"):
         T.build_topology("explicit", 4, file="/nonexistent/W.npy")
+
+
+def _ring_off_by(delta):
+    """The 5-node ring with every row and column summing to 1 + delta (within TOLERANCE)."""
+    return (T.ring(5) * (1 + delta)).tolist()
+
+
+@pytest.mark.parametrize("source", ["matrix", "csv7", "npy"])
+def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog, source):
+    """Every source of an explicit W: within the tolerance it is scaled to doubly stochastic
+    (node average kept to rounding at every mixing round) and the log says so in one line."""
+    W = np.array(_ring_off_by(5e-7))
+    W[0, 0] += 4e-7                       # not a pure scaling: Sinkhorn has to work
+    kw = {"matrix": W.tolist()}
+    if source == "csv7":                   # a CSV of 7 significant digits
+        (tmp_path / "W.csv").write_text("\n".join(",".join(f"{v:.7g}" for v in row) for row in T.ring(5)) + "\n")
+        kw = {"file": str(tmp_path / "W.csv")}
+    elif source == "npy":
+        np.save(tmp_path / "W.npy", W)
+        kw = {"file": str(tmp_path / "W.npy")}
+    assert T.stochastic_deviation(np.asarray(W)) > T.EXACT
+    with caplog.at_level("INFO", logger="dadam3.topology"):
+        P = T.build_topology("explicit", 5, **kw).static_W
+    assert T.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
+    assert np.array_equal(P > 0, T.ring(5) > 0)                  # the graph is kept
+    lines = [r.getMessage() for r in caplog.records if "doubly stochastic scaling" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith(next(iter(kw)))
+    x = np.random.default_rng(0).standard_normal((5, 3))
+    y = x.copy()
+    for _ in range(100_000):               # the node average after many mixing rounds
+        y = P @ y
+    # rounding only (~1e-16 a round); the unprojected W moves it by ~1e-7 a round, 1e-2 in all
+    np.testing.assert_allclose(y.mean(axis=0), x.mean(axis=0), rtol=0, atol=1e-9)
+
+
+def test_exact_builders_are_used_as_built(caplog):
+    """W of every builder is already doubly stochastic to rounding: used bit for bit, no log line."""
+    with caplog.at_level("INFO", logger="dadam3.topology"):
+        np.testing.assert_array_equal(T.build_topology("ring", 5).static_W, T.ring(5))
+        for name in ("complete", "star", "exponential", "erdos_renyi", "torus"):
+            assert T.stochastic_deviation(T.build_topology(name, 9).static_W) <= T.EXACT
+    assert not caplog.records
+
+
+def test_nearly_stochastic_w_gives_the_exact_w_fig1_result():
+    """Fig. 1's game: rows summing to 1 + 9e-7 give the exact ring's result (before the fix the
+    node average was scaled by 1 + 9e-7 every round and e_k drifted)."""
+    from dadam3.games.synthetic import SyntheticGame
+    from dadam3.games.synthetic_run import run_synthetic
+    from dadam3.optim import optimizer_spec
+    game = SyntheticGame(c=1010.0, k=0.01)
+    hp = {"lr": 1e-3, "beta1": 0.9, "beta2": 1.0 / (1.0 + 1010.0 ** 2)}
+    hp = {k: v for k, v in hp.items() if k in optimizer_spec("dadam3").check_hparams({})}
+    exact = run_synthetic(game, "dadam3", hp, 5, 3000, topology="ring", backend="torch")
+    near = run_synthetic(game, "dadam3", hp, 5, 3000, topology={"name": "explicit", "matrix": _ring_off_by(9e-7)},
+                         backend="torch")
+    np.testing.assert_allclose(near.error, exact.error, rtol=1e-12, atol=0)

@@ -64,6 +64,32 @@ class Choice:
         return check_choice(key, value, self.allowed)
 
 
+@dataclass(frozen=True)
+class OptionName:
+    """A group option's own name (``dataset.name``, ``model.arch``, ``topology.name``,
+    ``logger.kind``): set by choosing the option (``dataset=mnist``), so on the command line it
+    may only name another option of the same schema (``names``)."""
+    names: tuple[str, ...]
+
+    def __call__(self, key: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in self.names:
+            group = key.rpartition(".")[0] or key
+            raise ConfigError(key, value, f"names the chosen option: choose it with {group}=NAME (this option's "
+                                          f"schema has {', '.join(self.names)})")
+        return value
+
+
+def matrix_rows(key: str, value: Any) -> list | None:
+    """Null or a non-empty list of non-empty lists of numbers (a matrix's rows); the builder
+    checks its shape and that it mixes (:func:`dadam3.topology.build_topology`)."""
+    if value is None:
+        return None
+    rows_ok = isinstance(value, (list, tuple)) and value and all(isinstance(r, (list, tuple)) and r for r in value)
+    if not rows_ok or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for r in value for x in r):
+        raise ConfigError(key, value, "must be a list of rows of numbers, e.g. [[0.5,0.5],[0.5,0.5]]")
+    return [list(r) for r in value]
+
+
 def boolean(key: str, value: Any) -> bool:
     """YAML true or false (0/1 and strings such as ``yes`` are refused)."""
     return check_bool(key, value)

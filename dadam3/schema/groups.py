@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
 from dadam3.run_logging import WANDB_MODES
-from dadam3.schema.fields import Choice, Int, Node, Num, boolean, knob, text
+from dadam3.schema.fields import Choice, Int, Node, Num, OptionName, boolean, knob, matrix_rows, text
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
@@ -57,7 +57,7 @@ class Dataset(Option):
 @dataclass
 class Images(Dataset):
     """A torchvision data set read from ``root`` (mnist, cifar10, cifar100)."""
-    name: str = knob(check=text)
+    name: str = knob(check=OptionName(("mnist", "cifar10", "cifar100")))
     root: Optional[str] = knob(DATA_ROOT, text, resume=True)
     download: bool = knob(False, boolean, resume=True)       # torchvision's downloader (needs internet)
     image_size: Optional[int] = knob(None, Int(1, none=True))   # null: the paper's (32 or 64)
@@ -68,12 +68,14 @@ class Images(Dataset):
 @dataclass
 class DecodedImages(Images):
     """Image folders decoded on the fly (celeba, imagenette)."""
+    name: str = knob(check=OptionName(("celeba", "imagenette")))
     workers: int = knob(4, Int(1), resume=True)               # decode threads
 
 
 @dataclass
 class FashionMNIST(Images):
     """Fashion-MNIST: $DADAM3_DATA, else the Debian package's directory; a split to train on."""
+    name: str = knob(check=OptionName(("fashion_mnist",)))
     root: Optional[str] = knob("${oc.env:DADAM3_DATA,/usr/share/datasets/fashion-mnist}", text, resume=True)
     split: str = knob("train", Choice(("train", "test")))
 
@@ -81,7 +83,7 @@ class FashionMNIST(Images):
 @dataclass
 class FakeImages(Dataset):
     """Generated images, no files (smoke and speed runs)."""
-    name: str = knob(check=text)
+    name: str = knob(check=OptionName(("fake",)))
     image_size: Optional[int] = knob(32, Int(1, none=True))
     channels: int = knob(3, Int(1))
     length: int = knob(50000, Int(1))
@@ -92,7 +94,7 @@ class FakeImages(Dataset):
 @dataclass
 class Gaussians(Dataset):
     """The 2-D ring of Gaussians (Metz et al. 2017): an endless source, every node draws from all."""
-    name: str = knob(check=text)
+    name: str = knob(check=OptionName(("gaussians",)))
     modes: int = knob(8, Int(1))
     radius: float = knob(2.0, Num(0.0, None, low_open=True))
     std: float = knob(0.02, Num(0.0, None, low_open=True))
@@ -108,7 +110,7 @@ class Model(Option):
 @dataclass
 class DCGAN(Model):
     """The paper's DCGAN pairs (dcgan32: Tables 2-3; dcgan64: Tables 4-5)."""
-    arch: str = knob(check=text)
+    arch: str = knob(check=OptionName(("dcgan32", "dcgan64")))
     width: float = knob(1.0, Num(0.0, None, low_open=True))   # channel multiplier (tests use small widths)
     nz: int = knob(100, Int(1))
     init: Optional[str] = knob(None, Choice(("dcgan", "default"), none=True))   # null: dcgan
@@ -119,7 +121,7 @@ class DCGAN(Model):
 @dataclass
 class MLP(Model):
     """A small ReLU MLP pair for 2-D data."""
-    arch: str = knob(check=text)
+    arch: str = knob(check=OptionName(("mlp",)))
     hidden: int = knob(128, Int(1))
     nz: int = knob(8, Int(1))
     width: float = knob(1.0, Num(0.0, None, low_open=True))   # multiplies hidden
@@ -133,17 +135,26 @@ class MLP(Model):
 class Topology(Option):
     """A fixed graph named by ``name`` (ring, star, complete, exponential, one_peer_exponential)."""
     COMMON = ("name", "rounds")
-    name: str = knob(check=text)
+    name: str = knob(check=OptionName(("ring", "star", "complete", "exponential", "one_peer_exponential")))
     rounds: int = knob(1, Int(1))            # gossip rounds per mixing: the operator is W^t
+
+
+def divisor(key: str, value: Any) -> Any:
+    """A number or null (:func:`dadam3.topology.torus` checks it is an integer divisor of nodes)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise ConfigError(key, value, "must be an integer divisor of nodes, or null (the most square factorisation)")
 
 
 @dataclass
 class Torus(Topology):
-    rows: Optional[Any] = knob(None)         # null: the most square factorisation; build_topology checks it against nodes
+    name: str = knob(check=OptionName(("torus",)))
+    rows: Optional[Any] = knob(None, divisor)   # null: the most square factorisation; build_topology checks it against nodes
 
 
 @dataclass
 class ErdosRenyi(Topology):
+    name: str = knob(check=OptionName(("erdos_renyi",)))
     p: float = knob(0.5, Num(0.0, 1.0, low_open=True, high_open=False))
     seed: int = knob(0, Int(0, SEED_MAX))
 
@@ -151,7 +162,8 @@ class ErdosRenyi(Topology):
 @dataclass
 class Explicit(Topology):
     """A user-given W: ``matrix=[[...],[...]]`` or ``file=W.npy|.csv|.txt``."""
-    matrix: Optional[Any] = knob(None)
+    name: str = knob(check=OptionName(("explicit",)))
+    matrix: Optional[Any] = knob(None, matrix_rows)
     file: Optional[str] = knob(None, text)
     require_symmetric: bool = knob(True, boolean)             # the paper's theory assumes an undirected graph
 
@@ -161,13 +173,13 @@ class Explicit(Topology):
 @dataclass
 class Jsonl(Option):
     """metrics.jsonl and sample PNGs in the run directory."""
-    kind: str = knob(check=text, resume=True)
+    kind: str = knob(check=OptionName(("jsonl",)), resume=True)
 
 
 @dataclass
 class Wandb(Option):
     """The same records to W&B too (local files are always written)."""
-    kind: str = knob(check=text, resume=True)
+    kind: str = knob(check=OptionName(("wandb",)), resume=True)
     mode: Optional[str] = knob(None, Choice(WANDB_MODES, none=True), resume=True)   # null: $WANDB_MODE, else online
     project: str = knob("dadam3", text, resume=True)
     group: Optional[str] = knob("${dataset.name}-M${nodes}-${topology.name}", text, resume=True)

@@ -57,6 +57,8 @@ class OptimizerChoice:
     def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
         o = dict(mapping)
         name = o.pop("name")
+        if not isinstance(name, str):
+            raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
         with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
             hparams = optimizer_spec(name).check_hparams(o)
         if "eps" in hparams and not hparams["eps"] > 0:
@@ -71,6 +73,9 @@ class OptimizerChoice:
         if forced is not None and topology != forced:
             raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
                                                     f"selects it); drop topology={topology}")
+        if optimizer_spec(self.name).single_node and topology != "ring":     # ring: the config's default
+            raise ConfigError("topology", topology, f"means nothing for optimizer={self.name}, the single-node "
+                                                    f"algorithm (nodes=1, no mixing); drop topology={topology}")
 
 
 @dataclass
@@ -167,6 +172,8 @@ class TrainConfig(Node):
             raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
         if not data.is_images and arch != "mlp":
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
+        _check_meaningful_for_points(self)
+        _check_cuda_keys_on_cpu(self)
         if self.backend == "local":
             for f in fields(self.distributed):
                 if getattr(self.distributed, f.name) != f.default:
@@ -184,6 +191,39 @@ class TrainConfig(Node):
                                                      "run directory, or leave resume out for a fresh run")
         self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
+
+
+# the metrics keys of an image evaluation only; 2-D points are scored by modes covered and the
+# share of high-quality samples, which read metrics.every and metrics.samples
+IMAGE_METRICS_KEYS = ("inception", "fid", "kid", "feature_extractor", "inception_weights", "download_weights",
+                      "batch_size", "per_node", "cache_dir")
+
+
+def _check_meaningful_for_points(s: TrainConfig) -> None:
+    """With 2-D points (dataset=gaussians), keys that only mean something for images are
+    refused when set (a default is fine), and the MLP's data dimension must be the points'."""
+    if s.dataset.is_images:
+        return
+    defaults = Metrics()
+    for key in IMAGE_METRICS_KEYS:
+        if getattr(s.metrics, key) != getattr(defaults, key):
+            value = getattr(s.metrics, key)
+            raise ConfigError(f"metrics.{key}", str(value).lower() if isinstance(value, bool) else value,
+                              f"means nothing for dataset={s.dataset.name} (2-D points: the evaluation is modes "
+                              "covered and high-quality share, set by metrics.every and metrics.samples)")
+    if s.model.data_dim != 2:
+        raise ConfigError("model.data_dim", s.model.data_dim, f"must be 2: dataset={s.dataset.name} is 2-D points")
+
+
+def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
+    """``cuda.*`` set (not its default) with ``device=cpu``: applied only on a CUDA device."""
+    if s.device != "cpu":
+        return
+    for f in fields(s.cuda):
+        value = getattr(s.cuda, f.name)
+        if value != f.default:
+            raise ConfigError(f"cuda.{f.name}", str(value).lower(), "only used on a CUDA device (device=cpu); "
+                                                                    "drop it or use device=cuda")
 
 
 @dataclass
@@ -204,6 +244,7 @@ class SyntheticConfig(Node):
     iterations: int = knob(10_000_000, Int(1))
     seed: int = knob(0, Int(0, SEED_MAX))
     backend: str = knob("kernel", Choice(("kernel", "torch")))   # kernel: compiled, proven equal to torch
+    overwrite: bool = knob(False, boolean)                      # replace an earlier run's results in hydra.run.dir
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
     topology: Any = knob(MISSING)

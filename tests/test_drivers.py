@@ -1,0 +1,136 @@
+"""The figure drivers (scripts/is_figure.sh, scripts/toy_gaussians.sh, train_or_resume of
+scripts/runs.sh): a diverged run is a result: it is skipped (never resumed again), a run that
+diverges now does not stop the later runs, and the figure is still drawn."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from trainer_runs import ROOT
+
+DIVERGED = {"iteration": 3, "status": "diverged", "message": "loss_d of node 0 is nan at iteration 3"}
+
+# A stand-in for python: `-m dadam3.train` writes a run (optimizer=oadagrad diverges, exit 3;
+# optimizer=dosg fails, exit 1), anything else (the plot) runs the real python. Logs its calls.
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+echo "$*" >> "$FAKE_LOG"
+if [ "$2" != dadam3.train ]; then exec "$REAL_PYTHON" "$@"; fi
+for a in "$@"; do case $a in hydra.run.dir=*) dir=${a#*=};; optimizer=*) opt=${a#*=};; esac; done
+mkdir -p "$dir/samples"
+case $opt in
+  oadagrad) printf '{"iteration": 2, "status": "running", "is_mean": 1.5, "is_avg_model": 1.6}\n{"iteration": 3, "status": "diverged", "message": "nan"}\n' > "$dir/metrics.jsonl"; exit 3;;
+  dosg) echo "error: something else" >&2; exit 1;;
+esac
+printf '{"iteration": 2, "status": "running", "is_mean": 2.0, "is_avg_model": 2.1}\n{"iteration": 2, "status": "finished", "time": 1.0}\n' > "$dir/metrics.jsonl"
+touch "$dir/samples/iter_000002_avg.png"
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    path = tmp_path / "fake_python"
+    path.write_text(FAKE_PYTHON)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "PYTHON": str(path), "FAKE_LOG": str(log), "REAL_PYTHON": sys.executable,
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return env, log
+
+
+def _diverged_run(d, records=()):
+    """A run whose last record says diverged, with a checkpoint that cannot be loaded: resuming
+    it would fail, so a driver that skips it is the only way to exit 0."""
+    (d / "checkpoints").mkdir(parents=True)
+    (d / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (*records, DIVERGED)))
+
+
+def _train_or_resume(env, *lines):
+    script = "set -euo pipefail\nPY=$PYTHON\nsource scripts/runs.sh\n" + "\n".join(lines) + "\necho after\n"
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_train_or_resume_skips_a_diverged_run_and_goes_on_after_one_that_diverges(tmp_path, fake_python):
+    env, log = fake_python
+    _diverged_run(tmp_path / "old")
+    r = _train_or_resume(env, f"train_or_resume {tmp_path}/old optimizer=adam3",
+                         f"train_or_resume {tmp_path}/new optimizer=oadagrad")
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "after", r.stdout + r.stderr
+    assert f"{tmp_path}/old: diverged, skipped" in r.stdout and f"{tmp_path}/new: diverged (" in r.stdout
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and "optimizer=oadagrad" in calls[0] and "overwrite=true" in calls[0]   # old not resumed
+
+
+def test_train_or_resume_stops_on_a_failure_that_is_not_a_divergence(tmp_path, fake_python):
+    env, _ = fake_python
+    r = _train_or_resume(env, f"train_or_resume {tmp_path}/x optimizer=dosg")
+    assert r.returncode == 1 and "after" not in r.stdout
+
+
+def test_is_figure_skips_diverged_runs_and_draws_the_figure(tmp_path, fake_python):
+    """Figs. 2-4's driver: a run that diverged earlier is skipped, one that diverges now does not
+    stop the next; the figure holds every run with an inception score, a diverged one labelled."""
+    env, log = fake_python
+    env["FIG_OUT"] = str(tmp_path / "results")
+    ds = tmp_path / "results" / "fig2" / "cifar10"
+    _diverged_run(ds / "adam3")                       # diverged before its first evaluation
+    args = ["bash", "scripts/is_figure.sh", "fig2", "cifar10", "adam3 oadagrad dadam3"]
+    for attempt in range(2):                           # the rerun trains nothing again
+        r = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (ds.parent / "fig2_cifar10_inception_score.png").stat().st_size > 0
+        trains = [c for c in log.read_text().splitlines() if "dadam3.train" in c]
+        assert [c.split("optimizer=")[1].split()[0] for c in trains] == ["oadagrad", "dadam3"]
+        plots = [c for c in log.read_text().splitlines() if "dadam3.plot" in c]
+        assert len(plots) == attempt + 1
+        assert "--run OAdagrad (diverged)=" in plots[-1] and "--run Dadam3=" in plots[-1] and "Adam3=" not in \
+            plots[-1].replace("OAdagrad", "").replace("Dadam3", "")
+        assert f"{ds}/adam3: no is_mean record" in r.stderr
+    assert (ds / "samples_dadam3.png").exists() and not (ds / "samples_adam3.png").exists()
+
+
+TINY = ["loop.n_critic=1", "model.hidden=8", "loop.batch_size=8", "loop.iterations=4", "loop.log_every=2",
+        "metrics.every=2", "metrics.samples=100", "loop.sample_every=4", "loop.checkpoint_every=2"]
+
+
+@pytest.mark.slow
+def test_toy_gaussians_skips_a_diverged_run_and_draws_the_figure(tmp_path):
+    """Real runs at tiny settings: DOSG's directory holds a diverged run (after one evaluation);
+    the other two train, the figure is drawn with DOSG labelled diverged, and a rerun trains nothing."""
+    env = {**os.environ, "PYTHON": sys.executable, "TOY_OUT": str(tmp_path), "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    _diverged_run(tmp_path / "dosg", [{"iteration": 2, "status": "running", "modes_covered": 1,
+                                       "high_quality_share": 0.1, "modes_covered_avg_model": 1,
+                                       "high_quality_share_avg_model": 0.1}])
+    for attempt in range(2):
+        r = subprocess.run(["bash", "-x", "scripts/toy_gaussians.sh", *TINY], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        assert f"{tmp_path}/dosg: diverged, skipped" in r.stdout
+        assert r.stdout.count("finished, skipped") == 2 * attempt
+        assert "--run 'DOSG (diverged)=" in r.stderr          # bash -x shows the plot's arguments
+        assert (tmp_path / "toy_gaussians.png").stat().st_size > 0
+    assert not (tmp_path / "dosg" / "train.log").exists()          # never resumed
+
+
+@pytest.mark.slow
+def test_fig1_script_reproduces_the_committed_files(tmp_path):
+    """scripts/fig1_synthetic.sh on a fresh clone changes no committed file: run into a copy of
+    results/fig1, every tracked file there comes out byte for byte the same (twice: the second
+    run replaces the first's results, overwrite=true). After a change to the synthetic game's
+    code or config, regenerate them with `make fig1` and commit."""
+    tracked = subprocess.run(["git", "ls-files", "results/fig1"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert {"results/fig1/dadam3/metrics.csv", "results/fig1/dadam3/.hydra/config.yaml",
+            "results/fig1/fig1_synthetic.png"} <= set(tracked)
+    env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    for _ in range(2):
+        r = subprocess.run(["bash", "scripts/fig1_synthetic.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+        changed = [f for f in tracked if (tmp_path / f[len("results/fig1/"):]).read_bytes() != (ROOT / f).read_bytes()]
+        assert changed == [], changed

@@ -1,0 +1,151 @@
+"""Typed values in every config group of both entry points: a value of the wrong type (a
+string where a number is expected, a fraction where an integer is, a list or a mapping where a
+scalar is, a number where a name is) is one line naming the key, for every field of every
+schema node and group option, walked from the schema itself (a field added later is covered)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import fields, is_dataclass
+
+import pytest
+from omegaconf import OmegaConf
+
+from dadam3.config import group_choices
+from dadam3.errors import ConfigError
+from dadam3.optim import optimizer_spec
+from dadam3.schema import compose, synthetic_settings, train_settings
+from dadam3.schema.fields import Choice, Int, Num, OptionName, boolean, matrix_rows, text
+from dadam3.schema.groups import GROUPS, divisor
+from dadam3.schema.runs import SyntheticConfig, TrainConfig
+
+from trainer_runs import ROOT
+
+ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}
+SETTINGS = {"train": train_settings, "synthetic": synthetic_settings}
+# base overrides that make a group option usable (an MLP for 2-D points, one node for adam3)
+BASE = {("dataset", "gaussians"): ["model=mlp"], ("model", "mlp"): ["dataset=gaussians"],
+        ("optimizer", "adam3"): ["nodes=1"]}
+
+NUMBER = ["abc", "[1,2]", "{a: 1}", "true"]
+WRONG = {"int": ["1.5", *NUMBER], "float": NUMBER, "bool": ["abc", "1", "[true]", "{a: 1}"],
+         "str": ["[1,2]", "{a: 1}"], "matrix": ["abc", "[1,2]", "[[a,b]]", "{a: 1}", "[[true]]"]}
+
+
+def kind(f) -> str | None:
+    """What type a schema field holds, from its check (else its annotation)."""
+    check = f.metadata.get("check")
+    if isinstance(check, Int):
+        return "int"
+    if isinstance(check, Num) or check is divisor or f.type in ("float", "Optional[float]"):
+        return "float"
+    if check is boolean:
+        return "bool"
+    if isinstance(check, (Choice, OptionName)) or check is text or f.type in ("str", "Optional[str]"):
+        return "str"
+    if check is matrix_rows:
+        return "matrix"
+    return {"int": "int", "Optional[int]": "int"}.get(f.type)
+
+
+def leaves(cls, prefix=""):
+    for f in fields(cls):
+        if is_dataclass(f.default_factory):
+            yield from leaves(f.default_factory, f"{prefix}{f.name}.")
+        elif f.name not in GROUPS and f.name != "optimizer":
+            yield prefix + f.name, kind(f)
+
+
+def cases(entry: str):
+    """(base overrides, key, wrong value) for every field of ``entry``'s schema, its fixed nodes,
+    every option of every group (each field once per schema class) and every hyper-parameter."""
+    out = [((), key, v) for key, k in leaves(ROOTS[entry]) for v in WRONG.get(k, ["[1,2]"])]
+    seen = set()
+    groups = [g for g in (*GROUPS, "optimizer") if g in {f.name for f in fields(ROOTS[entry])}]
+    for group in groups:
+        for option in group_choices(group if group != "optimizer" else "optimizer"):
+            base = [f"{group}={option}", *BASE.get((group, option), [])]
+            if group == "optimizer":
+                for key, hp in optimizer_spec(option).cls.HPARAMS.items():
+                    if (group, key) not in seen:
+                        seen.add((group, key))
+                        out += [(base, f"optimizer.{key}", v) for v in WRONG["float"]]
+                continue
+            cls = OmegaConf.get_type(compose(entry, base)[group])
+            for f in fields(cls):
+                if (cls, f.name) not in seen:
+                    seen.add((cls, f.name))
+                    out += [(base, f"{group}.{f.name}", v) for v in WRONG.get(kind(f), ["[1,2]"])]
+    return out
+
+
+def refusal(entry: str, overrides: list[str]) -> str:
+    """What the entry point says before it runs: the command-line check, Hydra's composition
+    and the settings (a ConfigError's one line), or "" if all of them accept."""
+    try:
+        SETTINGS[entry](compose(entry, overrides))
+    except ConfigError as e:
+        return str(e)
+    return ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["train", "synthetic"])
+def test_every_field_refuses_a_wrong_type_with_one_line(entry):
+    bad = []
+    for base, key, value in cases(entry):
+        try:
+            said = refusal(entry, [*base, f"{key}={value}"])
+        except Exception as e:           # a traceback at the command line
+            bad.append(f"{key}={value}: {type(e).__name__}: {str(e)[:80]}")
+            continue
+        if not said or "\n" in said or not said.startswith(key.split(".")[0]):
+            bad.append(f"{key}={value}: {'accepted' if not said else repr(said[:120])}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_walk_covers_every_group_and_node():
+    keys = {key.split(".")[0] for _, key, _ in cases("train")}
+    assert {"dataset", "model", "optimizer", "topology", "logger", "loop", "metrics", "cuda", "distributed",
+            "nodes", "seed", "threads"} <= keys
+    assert {"game", "optimizer", "topology", "nodes", "overwrite"} <= {key.split(".")[0] for _, key, _ in cases("synthetic")}
+    assert {"topology.rows", "topology.matrix", "dataset.modes", "model.hidden", "logger.project"} <= \
+        {key for _, key, _ in cases("train")}
+
+
+@pytest.mark.parametrize("entry, args, says", [
+    ("train", ["topology=torus", "topology.rows=abc"], "error: topology.rows=abc: must be an integer divisor of nodes"),
+    ("train", ["dataset.name=[1,2]"], "error: dataset.name=[1, 2]: names the chosen option: choose it with dataset="),
+    ("synthetic", ["optimizer.name=[1,2]"], "error: optimizer.name=[1, 2]: names the chosen optimizer"),
+    ("synthetic", ["topology=explicit", "topology.matrix=[[a,b]]"], "error: topology.matrix=[['a', 'b']]: must be "),
+])
+def test_at_the_command_line(tmp_path, entry, args, says):
+    r = subprocess.run([sys.executable, "-m", f"dadam3.{entry}", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith(says), r.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+@pytest.mark.parametrize("args, says", [
+    (["metrics.fid=true"], "metrics.fid=true: means nothing for dataset=gaussians (2-D points"),
+    (["metrics.inception_weights=w.pth"], "metrics.inception_weights=w.pth: means nothing for dataset=gaussians"),
+    (["metrics.batch_size=10"], "metrics.batch_size=10: means nothing for dataset=gaussians"),
+    (["model.data_dim=3"], "model.data_dim=3: must be 2: dataset=gaussians is 2-D points"),
+    (["cuda.channels_last=true"], "cuda.channels_last=true: only used on a CUDA device (device=cpu)"),
+    (["optimizer=adam3", "nodes=1", "topology=torus"], "topology=torus: means nothing for optimizer=adam3, the "
+                                                       "single-node algorithm"),
+])
+def test_options_that_mean_nothing_for_the_chosen_run_are_refused(args, says):
+    """Keys for images with 2-D points, CUDA keys on the CPU, a graph for the single-node algorithm."""
+    with pytest.raises(ConfigError) as e:
+        train_settings(compose("train", ["experiment=toy_gaussians", *args]))
+    assert str(e.value).startswith(says)
+    if args[0].startswith("optimizer="):
+        with pytest.raises(ConfigError, match="^topology=torus: means nothing for optimizer=adam3"):
+            synthetic_settings(compose("synthetic", args))
+
+
+def test_the_same_keys_at_their_defaults_are_accepted():
+    s = train_settings(compose("train", ["experiment=toy_gaussians", "cuda.channels_last=false",
+                                         "metrics.fid=false", "model.data_dim=2"]))
+    assert s.device == "cpu" and not s.metrics.fid
