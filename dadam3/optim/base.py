@@ -209,28 +209,30 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             yield from group["params"]
 
-    def _scalar_tensor(self, group: dict, flat: FlatGroup, k: int) -> torch.Tensor:
-        """``flat.scalars``: step k's ``[*SCALARS, *StepScalars]`` written into the group's scalar
-        tensor on the buffers' device (an asynchronous copy on CUDA)."""
-        a, t = self.step_scalars(group, k)
-        values = torch.tensor([*a, *t], dtype=flat.param_buf.dtype)
-        device = flat.param_buf.device
-        if device.type != "cuda":
-            flat.scalars = values.to(device)
-            return flat.scalars
-        if flat.scalars is None or flat.scalars.numel() != values.numel():
-            flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-        if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
-            values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
-        return flat.scalars.copy_(values, non_blocking=True)
+    def _write_scalars(self, k: int) -> None:
+        """Step k's ``[*SCALARS, *StepScalars]`` of each group into its ``flat.scalars`` on the
+        buffers' device: on CUDA the same tensor every step, written in place by an asynchronous
+        copy (what a captured CUDA graph of the rounds reads)."""
+        for group, flat in zip(self.param_groups, self.flat):
+            a, t = self.step_scalars(group, k)
+            values = torch.tensor([*a, *t], dtype=flat.param_buf.dtype)
+            device = flat.param_buf.device
+            if device.type != "cuda":
+                flat.scalars = values.to(device)
+                continue
+            if flat.scalars is None or flat.scalars.numel() != values.numel():
+                flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
+            if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
+                values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
+            flat.scalars.copy_(values, non_blocking=True)
 
     def _run_rounds(self, rounds: tuple[Round, ...], k: int) -> Iterator[MixRound]:
         """Each round's phase in every group, then its gossip (step k; 0 for start(), whose
         phases read no scalars: they get step 1's)."""
-        scalars = [self._scalar_tensor(group, flat, max(k, 1)) for group, flat in zip(self.param_groups, self.flat)]
+        self._write_scalars(max(k, 1))
         for rnd in rounds:
-            for flat, s in zip(self.flat, scalars):
-                self._update(rnd, flat.grad_buf, s, flat.param_buf, flat.work,
+            for flat in self.flat:
+                self._update(rnd, flat.grad_buf, flat.scalars, flat.param_buf, flat.work,
                              tuple(flat.state[name] for name in self.OWN),
                              tuple(flat.state[name] for name in self.STATE))
             into = [f.param_buf if rnd.into == PARAMS else f.state[self.OWN[rnd.into - 1]] for f in self.flat]
@@ -310,6 +312,9 @@ def compiled_update(cls: type) -> Callable[..., None]:
 def _round_update(cls: type, rnd: Round) -> Callable[..., None]:
     def update(g, s, p, work, own, state):
         cls.update(rnd, g, s, p, work, own, state)
+    # dynamo keeps the graphs of a code object in one cache of at most recompile_limit (8)
+    # entries: a code object of its own per class and round (each holds one graph per buffer shape)
+    update.__code__ = update.__code__.replace(co_name=f"{cls.__name__}_{rnd.phase.__name__}")
     return update
 
 
