@@ -144,11 +144,12 @@ _REGISTERED: set = set()
 def math_digest(cls: type) -> str:
     """A digest of the sources an optimizer class's compiled code comes from: the modules of
     its class hierarchy (the algorithm and its skeleton), of its ``direction`` and ``scalars``,
-    the element-wise vocabulary and this module."""
-    from dadam3.optim import elementwise
+    the element-wise vocabulary, the skeletons' vocabulary and this module."""
+    from dadam3.optim import elementwise, skeletons
     modules = {c.__module__ for c in cls.__mro__} | {cls.direction.__module__, cls.scalars.__module__}
     paths = sorted({inspect.getsourcefile(m) for m in (sys.modules[name] for name in modules)
-                    if getattr(m, "__file__", None)} | {inspect.getsourcefile(elementwise), __file__})
+                    if getattr(m, "__file__", None)} | {inspect.getsourcefile(m) for m in (elementwise, skeletons)}
+                   | {__file__})
     h = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
