@@ -26,7 +26,7 @@ from dadam3.games.synthetic_run import run_synthetic
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer
 from dadam3.optim.base import LR, NodeOptimizer
-from dadam3.optim.skeletons import PARAMS, Round, own
+from dadam3.optim.skeletons import PARAMS, Round, into_own
 from dadam3.topology import build_topology
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ class GradientTracking(NodeOptimizer):
     """Y_k = (Y_{k-1} + D_k - D_{k-1}) W_k^t,  X_k = (X_{k-1} - eta Y_k) W_{k+1}^t  (Y_0 = D_0 = 0)."""
 
     OWN = ("y", "d")
-    ROUNDS = (Round(track, own(OWN, "y"), 0), Round(descend, PARAMS, 1))
+    ROUNDS = (Round(track, into_own(OWN, "y"), 0), Round(descend, PARAMS, 1))
 
 
 # ---- an algorithm on it (what adding an optimizer takes) -----------------------------------

@@ -39,12 +39,12 @@ class StepScalars(NamedTuple):
 class Round(NamedTuple):
     """One gossip round: ``phase`` element-wise, then ``into <- W_{k + offset}^t work`` where k is
     the step (0 for ``start()``) and ``into`` is :data:`PARAMS` or 1 + the index of an ``OWN``
-    buffer (see :func:`own`)."""
+    buffer (see :func:`into_own`)."""
     phase: Callable
     into: int
     offset: int
 
 
-def own(names: tuple[str, ...], name: str) -> int:
+def into_own(names: tuple[str, ...], name: str) -> int:
     """A round's ``into`` for the skeleton buffer ``name``."""
     return 1 + names.index(name)

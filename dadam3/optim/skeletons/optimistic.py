@@ -11,7 +11,7 @@ with D_0 = 0, so Z_1 = X_0 W_1^t; X_0 is the parameters' value at ``start()``.
 from __future__ import annotations
 
 from dadam3.optim.base import NodeOptimizer
-from dadam3.optim.skeletons import PARAMS, Round, own
+from dadam3.optim.skeletons import PARAMS, Round, into_own
 
 
 def take_x0(direction, g, t, a, p, own, state):
@@ -38,4 +38,4 @@ class OptimisticGossip(NodeOptimizer):
 
     OWN = ("x", "d")
     START = (Round(take_x0, PARAMS, 1),)
-    ROUNDS = (Round(step, own(OWN, "x"), 0), Round(extrapolate, PARAMS, 1))
+    ROUNDS = (Round(step, into_own(OWN, "x"), 0), Round(extrapolate, PARAMS, 1))
