@@ -56,7 +56,7 @@ def register_twins() -> None:
         register_jitable(helper)
     overload(gather)(_gather)
     overload(scatter)(_scatter)
-    register_jitable(element_pass)
+    register_jitable(inline="always")(element_pass)
     _registered = True
 
 
