@@ -1,10 +1,11 @@
 """Adding an optimizer takes exactly what the README says: the algorithm (a class on a
-skeleton: HPARAMS, STATE, scalars, direction), one registry line and one YAML file. Here an
+skeleton: HPARAMS, STATE, SCALARS, scalars, direction), one registry line and one YAML file. Here an
 optimistic sign method is added that way (its YAML in a directory on Hydra's search path) and
 runs in the GAN trainer and on the synthetic game, whose compiled loop runs the same math
 through numba; an algorithm written with a function numba cannot compile falls back to the
 torch optimizer there."""
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -17,9 +18,13 @@ from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
 from dadam3.optim.base import LR, HParam
 from dadam3.optim.elementwise import sign
-from dadam3.optim.skeletons import OptimisticGossip
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
+
+
+class SignScalars(NamedTuple):
+    scale: float
 
 
 class OptimisticSign(OptimisticGossip):
@@ -27,22 +32,23 @@ class OptimisticSign(OptimisticGossip):
 
     HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
     STATE = {"steps": 0.0}
+    SCALARS = SignScalars
 
     @staticmethod
     def scalars(h, k):
-        return (h.scale,)
+        return SignScalars(h.scale)
 
     @staticmethod
-    def direction(g, s, steps):
-        return sign(g) * s[0], steps + 1.0
+    def direction(g, a, steps):
+        return sign(g) * a.scale, steps + 1.0
 
 
 class TorchSign(OptimisticSign):
     """The same method written with a torch function: numba cannot compile it."""
 
     @staticmethod
-    def direction(g, s, steps):
-        return torch.sign(g) * s[0], steps + 1.0
+    def direction(g, a, steps):
+        return torch.sign(g) * a.scale, steps + 1.0
 
 
 @pytest.fixture
@@ -80,3 +86,8 @@ def test_math_numba_cannot_compile_runs_through_torch_on_the_synthetic_game(monk
     kernel = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
     torch_ = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
     assert (kernel.final_point == torch_.final_point).all()   # the torch optimizer ran for both
+
+
+def test_state_may_not_reuse_a_skeleton_buffer_name():
+    with pytest.raises(TypeError, match=r"^Clash.STATE names d, a buffer of its skeleton \(x, d\): rename it$"):
+        type("Clash", (OptimisticGossip,), {"HPARAMS": {"lr": LR}, "STATE": {"d": 0.0, "m": 0.0}})

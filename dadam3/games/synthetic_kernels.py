@@ -1,88 +1,150 @@
 """The synthetic game's compiled loop: the optimizers on the 2-D game at ~0.1 us/iteration.
 
-Fig. 1 needs 10^7 iterations and eager PyTorch costs ~100 us per step, so the loop over
-iterations (the game's closed-form operator, the metrics, the gossip with the time-varying
-operators) is compiled by numba. The step itself is not spelled again: it is the
-optimizer's own fused update (:func:`dadam3.optim.fused.fused_update`: the algorithm's
-``direction`` inside its skeleton's loop body) and its ``scalars``, compiled from the same
-functions the torch optimizers run. ``tests/test_synthetic.py`` proves the loop equal to the
-torch optimizers step by step (float64) on the same sample stream.
+Fig. 1 needs 10^7 iterations and the torch optimizers cost ~1 ms per iteration there, so the
+loop over iterations (the game's closed-form operator, the metrics, the gossip with the
+time-varying operators) is compiled by numba. The optimizer is not spelled again: an
+iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
+each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
+(:func:`dadam3.optim.numba_pass.element_pass`) followed by its mixing, with the algorithm's
+own ``scalars``: the functions the torch optimizers run. ``tests/test_synthetic.py`` proves the
+loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
+of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
-Per iteration k (1-based), with ``ops[(k-1) % P]`` the mixing operator W_k^t:
-
-    optimistic skeleton (Dadam3, DOSG, OAdagrad):
-        G_k at Z_k; D_k and X_{k-1} - eta D_k by the update; X_k = W_k^t (X_{k-1} - eta D_k);
-        Z_{k+1} = W_{k+1}^t (X_k - eta D_k)
-    single-sequence skeleton (DP-OAdam, DAdam, DSGD):
-        G_k at X_{k-1}; X_k = W_k^t (X_{k-1} - eta * direction) by the update
+Buffers are flat, node-major: ``[theta_0, alpha_0, theta_1, alpha_1, ...]``; ``points`` is the
+parameters (the gradient point) followed by the skeleton's own buffers; ``ops[(m-1) % P]`` is
+iteration m's mixing operator W_m^t.
 
 An algorithm whose math numba cannot compile runs on the game through the torch optimizers
-(``backend=torch``, about 1 ms per iteration): :func:`kernel_for` returns None for it.
+(``backend=torch``): :func:`kernel_for` returns None for it.
 """
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
 
-from dadam3.optim import fused
+from dadam3.optim.numba_pass import bind, cache_name, element_pass, jitted, njit_cached
+from dadam3.optim.skeletons import StepScalars
+
+log = logging.getLogger(__name__)
 
 
 class Kernel(NamedTuple):
-    """An optimizer class's compiled loop (``run(h, k0, points, state, is_c, ops, game, rec, li)``,
-    see :func:`_loops`) and its skeleton."""
+    """An optimizer class's compiled loop: ``run(h, k0, points, state, is_c, ops, game, rec, li)``
+    (see :func:`game_loop`)."""
     run: Any
-    optimistic: bool               # points: (z, x, d), else x
-    cls: type                      # the optimizer class (HPARAMS, STATE, Hyper)
+    cls: type                      # the optimizer class (HPARAMS, STATE, OWN, Hyper)
 
 
 def kernel_for(cls) -> Kernel | None:
     """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math."""
-    step = fused.numba_step(cls)
-    if step is None:
-        return None
     if cls not in _KERNELS:
-        optimistic = cls.SKELETON == "optimistic"
-        _KERNELS[cls] = Kernel(_loops(*step)[0 if optimistic else 1], optimistic, cls)
+        from numba.core.errors import NumbaError
+        kernel = Kernel(bind(game_loop, cache_name("game_loop", cls), START=_chain(cls, cls.START),
+                             STEP=_chain(cls, cls.ROUNDS), SCALARS=jitted(cls.scalars)), cls)
+        try:
+            _trial(kernel)
+        except NumbaError as e:
+            log.info("%s: numba cannot compile its math (%s)", cls.__name__, str(e).strip().splitlines()[0])
+            kernel = None
+        _KERNELS[cls] = kernel
     return _KERNELS[cls]
 
 
-_KERNELS: dict[type, Kernel] = {}
+_KERNELS: dict[type, Kernel | None] = {}
 
 
-# ---------------------------------------------------------------- the game and the loops
+def _chain(cls, rounds):
+    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work)``: each round's
+    :func:`game_round`, then the next."""
+    then = _no_round
+    for rnd in reversed(rounds):
+        then = bind(game_round, "game_round", cache=False, PHASE=jitted(rnd.phase), DIRECTION=jitted(cls.direction),
+                    INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
+    return then
 
-@njit(cache=True)
+
+def _trial(kernel: Kernel) -> None:
+    """Zero iterations on one node with the argument types of a real run: compiles (or loads)
+    the loop or raises numba's error."""
+    cls = kernel.cls
+    h = cls.Hyper(**{name: float(hp.default) for name, hp in cls.HPARAMS.items()})
+    points = tuple(np.zeros(2) for _ in range(1 + len(cls.OWN)))
+    state = tuple(np.zeros(2) for _ in cls.STATE)
+    rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), np.ones((1, 1, 1)), (1.0, 0.0), rec, 0)
+
+
+# ---------------------------------------------------------------- the game and the loop
+
+def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
+    """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``START`` first when k0 = 0);
+    ``points`` and the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` =
+    (zstar, acc, log_its, err_out, r_out). Returns (next index into ``log_its``, iterations done);
+    stops early after the first iteration whose point is not finite. Bound by :func:`bind`:
+    ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
+    p = points[0]
+    c, kk = game
+    g = np.zeros_like(p)
+    work = np.empty_like(p)
+    t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
+    if k0 == 0:
+        START(0, ops, t, SCALARS(h, 1), g, points, state, work)          # noqa: F821 - bound
+    for n in range(is_c.shape[0]):
+        k = k0 + n + 1
+        li = _record(p, k, (c + 2.0) / 3.0, kk, rec, li)
+        _operator(p, is_c[n], c, kk, g)
+        STEP(k, ops, t, SCALARS(h, k), g, points, state, work)          # noqa: F821 - bound
+        if not _finite(p):
+            return li, n + 1
+    return li, is_c.shape[0]
+
+
+def game_round(k, ops, t, a, g, points, state, work):
+    """One round of step k: ``PHASE`` over the node buffers, ``points[INTO] <- W_{k+OFFSET}^t work``,
+    then ``THEN`` (bound by :func:`_chain`)."""
+    element_pass(PHASE, DIRECTION, g, t, a, points[0], points[1:], state, work)  # noqa: F821 - bound
+    _mix(ops[(k + OFFSET - 1) % ops.shape[0]], work, points[INTO])                # noqa: F821 - bound
+    THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
+
+
+@njit
+def _no_round(k, ops, t, a, g, points, state, work):
+    pass
+
+
+@njit_cached
 def _operator(z, is_c, c, kk, g):
-    for i in range(z.shape[0]):
+    for i in range(is_c.shape[0]):
         a = c if is_c[i] else 1.0
-        g[i, 0] = a + 2.0 * z[i, 0] + kk * z[i, 1]
-        g[i, 1] = a + 2.0 * z[i, 1] - kk * z[i, 0]
+        g[2 * i] = a + 2.0 * z[2 * i] + kk * z[2 * i + 1]
+        g[2 * i + 1] = a + 2.0 * z[2 * i + 1] - kk * z[2 * i]
 
 
-@njit(cache=True)
+@njit_cached
 def _mix(W, src, dst):
-    M = src.shape[0]
+    M = W.shape[0]
     for i in range(M):
-        for p in range(src.shape[1]):
+        for q in range(2):
             s = 0.0
             for j in range(M):
-                s += W[i, j] * src[j, p]
-            dst[i, p] = s
+                s += W[i, j] * src[2 * j + q]
+            dst[2 * i + q] = s
 
 
-@njit(cache=True)
+@njit_cached
 def _record(z, k, mean_a, kk, rec, li):
     """Accumulate ||grad F(z_bar_k)||^2 and, at logged iterations, write e_k and R_k."""
     zstar, acc, log_its, err_out, r_out = rec
-    M = z.shape[0]
+    M = z.shape[0] // 2
     t = 0.0
     a = 0.0
     for i in range(M):
-        t += z[i, 0]
-        a += z[i, 1]
+        t += z[2 * i]
+        a += z[2 * i + 1]
     t /= M
     a /= M
     g0 = mean_a + 2.0 * t + kk * a
@@ -97,68 +159,9 @@ def _record(z, k, mean_a, kk, rec, li):
     return li
 
 
-@njit(cache=True)
+@njit_cached
 def _finite(a):
-    for v in a.ravel():
+    for v in a:
         if not math.isfinite(v):
             return False
     return True
-
-
-def _loops(update, scalars):
-    """The two loops with this algorithm's ``update`` and ``scalars`` compiled in (direct calls
-    numba can inline, instead of function values)."""
-
-    @njit
-    def scalars_into(s, h, k):
-        t = scalars(h, k) + (1.0, -h.lr)                     # the skeleton's: gradient sign, -eta
-        for i in range(len(t)):
-            s[i] = t[i]
-
-    @njit
-    def run_optimistic(h, k0, points, state, is_c, ops, game, rec, li):
-        """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1``; ``points`` = (z, x, d) and
-        the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` = (zstar, acc,
-        log_its, err_out, r_out). Returns (next index into ``log_its``, iterations done); stops
-        early after the first iteration whose point is not finite."""
-        z, x, d = points
-        c, kk = game
-        P = ops.shape[0]
-        g = np.empty_like(z)
-        tmp = np.empty_like(z)
-        s = np.empty(len(scalars(h, 1)) + 2)
-        for n in range(is_c.shape[0]):
-            k = k0 + n + 1
-            li = _record(z, k, (c + 2.0) / 3.0, kk, rec, li)
-            _operator(z, is_c[n], c, kk, g)
-            scalars_into(s, h, k)
-            update(g.reshape(-1), s, x.reshape(-1), d.reshape(-1), tmp.reshape(-1), *state)  # D_k; X_{k-1} - eta D_k
-            _mix(ops[(k - 1) % P], tmp, x)                   # X_k
-            for i in range(z.shape[0]):
-                for p in range(2):
-                    tmp[i, p] = x[i, p] - h.lr * d[i, p]
-            _mix(ops[k % P], tmp, z)                         # Z_{k+1}
-            if not _finite(z):
-                return li, n + 1
-        return li, is_c.shape[0]
-
-    @njit
-    def run_single(h, k0, x, state, is_c, ops, game, rec, li):
-        """Single-sequence skeleton: the update writes the point before mixing; see run_optimistic."""
-        c, kk = game
-        P = ops.shape[0]
-        g = np.empty_like(x)
-        tmp = np.empty_like(x)
-        s = np.empty(len(scalars(h, 1)) + 2)
-        for n in range(is_c.shape[0]):
-            k = k0 + n + 1
-            li = _record(x, k, (c + 2.0) / 3.0, kk, rec, li)
-            _operator(x, is_c[n], c, kk, g)
-            scalars_into(s, h, k)
-            update(g.reshape(-1), s, x.reshape(-1), tmp.reshape(-1), *state)
-            _mix(ops[(k - 1) % P], tmp, x)                   # X_k
-            if not _finite(x):
-                return li, n + 1
-        return li, is_c.shape[0]
-
-    return run_optimistic, run_single

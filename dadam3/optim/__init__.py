@@ -14,11 +14,12 @@ dadam      DAdam                    simultaneous Adam + gossip (plain baseline)
 dsgd       DSGD                     simultaneous SGD + gossip (plain baseline)
 =========  =======================  =====================================================
 
-Adding an optimizer: the algorithm (a class on one of the two skeletons of
-:mod:`dadam3.optim.base` with its ``HPARAMS``, ``STATE``, ``scalars`` and ``direction``), one
-line in :data:`OPTIMIZERS` and a YAML file in ``configs/optimizer/``. It then trains GANs and
-runs on the synthetic game (through the torch optimizer; a numba kernel in
-:mod:`dadam3.games.synthetic_kernels` is an optional speed-up).
+Adding an optimizer: the algorithm (a module with a class on one of the skeletons of
+:mod:`dadam3.optim.skeletons`, with its ``HPARAMS``, ``STATE``, ``SCALARS``, ``scalars`` and
+``direction``), one line in :data:`OPTIMIZERS` and a YAML file in ``configs/optimizer/``. It
+then trains GANs (torch, torch.compile on CUDA, numba on the CPU) and runs on the synthetic
+game's compiled loop, all from those functions; math numba cannot compile runs through torch.
+Adding a skeleton: one module in :mod:`dadam3.optim.skeletons` (its buffers, phases and rounds).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from dadam3.errors import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam3 import Dadam3
 from dadam3.optim.base import HParam, NodeOptimizer
-from dadam3.optim.skeletons import OptimisticGossip, SingleSequenceGossip
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
+from dadam3.optim.skeletons.single import SingleSequenceGossip
 from dadam3.optim.together import start_together, step_together
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.oadam import DPOAdam
@@ -45,8 +47,8 @@ __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "
 @dataclass(frozen=True)
 class Spec:
     """One registry entry: the class (whose ``HPARAMS`` give defaults and ranges; its skeleton
-    is the family) and the topology it forces. The synthetic game's compiled kernel, if the
-    class has one, is found by class in :data:`dadam3.games.synthetic_kernels.KERNELS`."""
+    is the family) and the topology it forces. The synthetic game's compiled loop is made from
+    the class (:func:`dadam3.games.synthetic_kernels.kernel_for`)."""
 
     name: str
     cls: type[NodeOptimizer]

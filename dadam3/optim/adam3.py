@@ -17,9 +17,18 @@ X_0 = the parameters, M_0 = V_0 = D_0 = 0, Lambda_0 = ``lambda0`` (0 in the pape
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from dadam3.optim.base import EPS, LR, UNIT, HParam
 from dadam3.optim.elementwise import maximum, sqrt
-from dadam3.optim.skeletons import OptimisticGossip
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
+
+
+class Dadam3Scalars(NamedTuple):
+    one_minus_beta1k: float        # 1 - beta_{1,k}
+    one_minus_beta2: float
+    one_minus_beta3: float
+    eps: float
 
 
 class Dadam3(OptimisticGossip):
@@ -36,15 +45,16 @@ class Dadam3(OptimisticGossip):
                "lambda0": HParam(0.0)}
 
     STATE = {"m": 0.0, "v": 0.0, "lam": "lambda0"}
+    SCALARS = Dadam3Scalars
 
     @staticmethod
     def scalars(h, k):
         beta1_k = h.beta1 * h.beta1_decay ** (k - 1)
-        return (1.0 - beta1_k, 1.0 - h.beta2, 1.0 - h.beta3, h.eps)
+        return Dadam3Scalars(1.0 - beta1_k, 1.0 - h.beta2, 1.0 - h.beta3, h.eps)
 
     @staticmethod
-    def direction(g, s, m, v, lam):
-        m = m + s[0] * (g - m)                               # M_k = b1k M + (1 - b1k) G_k
-        v = v + s[1] * (g * g - v)                           # V_k = b2 V + (1 - b2) G_k^2
-        lam = lam + s[2] * (maximum(lam, v) - lam)           # Lambda_k = b3 Lambda + (1 - b3) max(Lambda, V_k)
-        return m / (sqrt(lam) + s[3]), m, v, lam             # D_k
+    def direction(g, a, m, v, lam):
+        m = m + a.one_minus_beta1k * (g - m)                       # M_k = b1k M + (1 - b1k) G_k
+        v = v + a.one_minus_beta2 * (g * g - v)                    # V_k = b2 V + (1 - b2) G_k^2
+        lam = lam + a.one_minus_beta3 * (maximum(lam, v) - lam)    # Lambda_k = b3 Lambda + (1 - b3) max(Lambda, V_k)
+        return m / (sqrt(lam) + a.eps), m, v, lam                  # D_k

@@ -17,33 +17,37 @@ convention, the loop contract and how an algorithm's math is run.
 * An algorithm is written once, as pure element-wise functions in the vocabulary of
   :mod:`dadam3.optim.elementwise`: its hyper-parameters (``HPARAMS``, name -> :class:`HParam`:
   default and allowed interval, checked by the constructor as ``torch.optim`` does), its state
-  buffers and their initial values (``STATE``), the numbers a step needs
-  (``scalars(h, k)``, ``h`` the hyper-parameters as a named tuple) and its
-  ``direction(g, s, *state) -> (direction, *new_state)``. Its skeleton
-  (:class:`~dadam3.optim.skeletons.OptimisticGossip` or
-  :class:`~dadam3.optim.skeletons.SingleSequenceGossip`) does the rest: ``X - eta * direction``
-  and the gossip.
+  buffers and their initial values (``STATE``), the named tuple of the numbers a step needs
+  (``SCALARS``) and the function computing it (``scalars(h, k)``, ``h`` the hyper-parameters as
+  a named tuple), and its ``direction(g, a, *state) -> (direction, *new_state)``. Its skeleton
+  (a module of :mod:`dadam3.optim.skeletons`) does the rest: its element-wise phases and its
+  gossip rounds.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:mod:`dadam3.optim.flat`), so a step is one fused pass over the buffers and one mixer call
-  per gossip round. The fused pass is ``torch.compile`` of the skeleton's ``update`` on CUDA
-  (``compile=True``) and the same math compiled by numba on the CPU (:mod:`dadam3.optim.fused`);
-  ``update`` runs eagerly otherwise (``compile=False`` on CUDA, fake tensors).
-  :func:`~dadam3.optim.together.step_together` steps several optimizers that share a mixer
-  with one exchange per gossip round for all of them.
+  (:mod:`dadam3.optim.flat`), so a round is one fused pass over the buffers and one mixer call.
+  The pass is ``torch.compile`` of the phase on CUDA (``compile=True``), the same functions
+  compiled by numba on the CPU (:mod:`dadam3.optim.numba_pass`, cached on disk across
+  processes), and the phase run eagerly on whole tensors otherwise (``compile=False`` on CUDA,
+  fake tensors). :func:`~dadam3.optim.together.step_together` steps several optimizers that
+  share a mixer with one exchange per gossip round for all of them.
+* The torch passes read a step's numbers from one small tensor per group on the buffers'
+  device, ``flat.scalars`` = ``[*SCALARS, *StepScalars]`` (the algorithm's fields, then the
+  gradient's sign and lr), written in place before each step (an asynchronous copy on CUDA): a
+  captured CUDA graph of the passes replays with the numbers of each new step.
 """
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, NamedTuple
 
 import torch
 from torch._guards import detect_fake_mode
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
-from dadam3.optim import fused
+from dadam3.optim import numba_pass
 from dadam3.optim.flat import FlatGroup
+from dadam3.optim.skeletons import PARAMS, Round, StepScalars
 from dadam3.optim.together import MixRound, start_together, step_together
 
 
@@ -65,39 +69,50 @@ LR = HParam(1e-3, 0.0, None, low_open=True)
 UNIT = HParam(0.0, 0.0, 1.0)                     # a decay rate in [0, 1)
 EPS = HParam(1e-8)
 ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
-FUSED_DTYPES = (torch.float32, torch.float64)    # what the numba update runs on
+FUSED_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
+
+
+class NoScalars(NamedTuple):
+    """The ``SCALARS`` of an algorithm whose direction reads no per-step number."""
 
 
 class NodeOptimizer(torch.optim.Optimizer):
-    """Base class: the mixer, the iteration counter ``k`` and the flat buffers of each
-    parameter group.
+    """Base class: the mixer, the iteration counter ``k``, the flat buffers of each parameter
+    group and the running of a skeleton's rounds.
 
-    An algorithm subclasses a skeleton and declares ``HPARAMS``, ``STATE`` (name -> initial
-    value, a number or the name of a hyper-parameter), the static ``scalars(h, k)`` and the
-    static ``direction(g, s, *state)``; when the class is defined its ``Hyper`` named tuple is
-    made from ``HPARAMS`` and the skeleton's ``compose`` turns the direction into ``update``.
+    A skeleton subclasses it with ``OWN``, ``START`` and ``ROUNDS`` (:mod:`dadam3.optim.skeletons`);
+    an algorithm subclasses a skeleton with ``HPARAMS``, ``STATE`` (name -> initial value, a
+    number or the name of a hyper-parameter), ``SCALARS`` and the static ``scalars(h, k)`` and
+    ``direction(g, a, *state)``. When the class is defined its ``Hyper`` named tuple is made
+    from ``HPARAMS``.
     """
 
     HPARAMS: ClassVar[dict[str, HParam]] = {}
     STATE: ClassVar[dict[str, float | str]] = {}
-    SKELETON: ClassVar[str]                          # a loop body of dadam3.optim.fused.BODIES
+    SCALARS: ClassVar[type] = NoScalars
+    OWN: ClassVar[tuple[str, ...]] = ()
+    START: ClassVar[tuple[Round, ...]] = ()
+    ROUNDS: ClassVar[tuple[Round, ...]] = ()
     Hyper: ClassVar[type]
-    update: ClassVar[Callable[..., None]]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        cls.Hyper = namedtuple(f"{cls.__name__}Hyper", list(cls.HPARAMS))
-        if "direction" in cls.__dict__:
-            cls.update = staticmethod(cls.compose(cls.direction))
-
-    @staticmethod
-    def compose(direction: Callable[..., tuple]) -> Callable[..., None]:
-        raise NotImplementedError
+        shared = set(cls.OWN) & set(cls.STATE)
+        if shared:
+            raise TypeError(f"{cls.__name__}.STATE names {', '.join(sorted(shared))}, a buffer of its skeleton "
+                            f"({', '.join(cls.OWN)}): rename it")
+        # importable as <module>.<class>.Hyper, so numba's on-disk cache can name it
+        cls.Hyper = namedtuple(f"{cls.__name__}Hyper", list(cls.HPARAMS), module=cls.__module__)
+        cls.Hyper.__qualname__ = f"{cls.__qualname__}.Hyper"
 
     @staticmethod
     def scalars(h, k: int) -> tuple:
-        """The numbers ``direction`` reads from ``s`` at step k (none by default)."""
-        return ()
+        """Step k's numbers that ``direction`` reads, as a ``SCALARS`` (none by default)."""
+        return NoScalars()
+
+    @staticmethod
+    def direction(g, a, *state) -> tuple:
+        raise NotImplementedError
 
     @classmethod
     def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
@@ -112,11 +127,28 @@ class NodeOptimizer(torch.optim.Optimizer):
         return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
 
     @classmethod
-    def step_scalars(cls, group: Mapping[str, Any], k: int) -> list[float]:
-        """``scalars(h, k)``, then the skeleton's two: the gradient's sign (-1 for a maximising
-        group) and -lr."""
+    def step_scalars(cls, group: Mapping[str, Any], k: int) -> tuple[tuple, StepScalars]:
+        """Step k's (``scalars(h, k)``, :class:`StepScalars`) of ``group``."""
         h = cls.Hyper(**{name: group[name] for name in cls.HPARAMS})
-        return [*cls.scalars(h, k), -1.0 if group.get("maximize") else 1.0, -group["lr"]]
+        return cls.scalars(h, k), StepScalars(-1.0 if group.get("maximize") else 1.0, group["lr"])
+
+    @classmethod
+    def split_scalars(cls, values) -> tuple[tuple, StepScalars]:
+        """The flat scalars ``[*SCALARS, *StepScalars]`` (a sequence) as the two named tuples."""
+        n = len(cls.SCALARS._fields)
+        return cls.SCALARS(*values[:n]), StepScalars(*values[n:])
+
+    @classmethod
+    def update(cls, rnd: Round, g, s, p, work, own, state) -> None:
+        """Round ``rnd``'s phase on whole flat tensors (``s``: the scalars tensor): the value to
+        mix written into ``work``, the new ``own`` and ``state`` into their buffers."""
+        a, t = cls.split_scalars(s.unbind(0))
+        value, new_own, new_state = rnd.phase(cls.direction, g, t, a, p, own, state)
+        work.copy_(value)
+        for bufs, new in ((own, new_own), (state, new_state)):
+            for buf, v in zip(bufs, new or ()):
+                if v is not buf:
+                    buf.copy_(v)
 
     def __init__(self, params: Iterable, mixer: Mixer | None = None, maximize: bool = False,
                  compile: bool | None = None, **hparams):
@@ -134,31 +166,29 @@ class NodeOptimizer(torch.optim.Optimizer):
                                      f"of size {size}")
         self.flat = [FlatGroup(group["params"]) for group in self.param_groups]
         for group, flat in zip(self.param_groups, self.flat):
-            flat.state = {name: flat.new_buffer(group[init] if isinstance(init, str) else init)
-                          for name, init in self._state_init().items()}
+            init = {**{name: 0.0 for name in self.OWN}, **self.STATE}
+            flat.state = {name: flat.new_buffer(group[v] if isinstance(v, str) else v) for name, v in init.items()}
             flat.work = torch.empty_like(flat.param_buf)
             flat.scalars = None
             self._bind_state_views(flat)
         self.fusion, self._update = self._choose_update(compile)
 
     def _choose_update(self, compile: bool | None) -> tuple[str, Callable[..., None]]:
-        """("compile" | "numba" | "eager", the update): ``torch.compile`` when asked (by default
-        on CUDA), numba on the CPU, the eager ``update`` otherwise. Fake tensors (device checks
-        without a GPU) have no memory to run a kernel on."""
+        """("compile" | "numba" | "eager", the update ``(round, g, s, p, work, own, state)``):
+        ``torch.compile`` when asked (by default on CUDA), numba on the CPU, the eager
+        :meth:`update` otherwise. Fake tensors (device checks without a GPU) have no memory to
+        run a kernel on."""
         buf = self.flat[0].param_buf if self.flat else torch.empty(0)
         fake = self.flat and detect_fake_mode((buf,)) is not None
         if compile is None:
             compile = buf.device.type == "cuda" and torch.cuda.is_available() and not fake
         if compile:
             return "compile", compiled_update(type(self))
-        step = fused.numba_step(type(self)) if buf.device.type == "cpu" and not fake and buf.dtype in FUSED_DTYPES \
-            else None
-        if step is not None:
-            return "numba", _on_numpy(step[0])
+        if buf.device.type == "cpu" and not fake and buf.dtype in FUSED_DTYPES:
+            passes = numba_pass.flat_passes(type(self), buf.dtype)
+            if passes is not None:
+                return "numba", _on_numpy(type(self), passes)
         return "eager", type(self).update
-
-    def _state_init(self) -> dict[str, float | str]:
-        return dict(self.STATE)
 
     def _bind_state_views(self, flat: FlatGroup) -> None:
         """``optimizer.state[p][name]`` = p's view of each flat state buffer."""
@@ -179,36 +209,46 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             yield from group["params"]
 
-    def _scalar_tensor(self, group: dict, flat: FlatGroup, k: int) -> torch.Tensor:
-        """:meth:`step_scalars` as a 1-D tensor on the buffers' device (an asynchronous copy on CUDA)."""
-        values = torch.tensor(self.step_scalars(group, k), dtype=flat.param_buf.dtype)
-        device = flat.param_buf.device
-        if device.type != "cuda":
-            return values.to(device)
-        if flat.scalars is None or flat.scalars.numel() != values.numel():
-            flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-        if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
-            values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
-        return flat.scalars.copy_(values, non_blocking=True)
-
-    def _update_groups(self, skeleton_buffers: Callable[[FlatGroup], tuple]) -> int:
-        """Step k = k + 1 of the update in every group: ``update(G, s, *skeleton_buffers(flat),
-        *state)``. Returns k."""
-        self.k += 1
+    def _write_scalars(self, k: int) -> None:
+        """Step k's ``[*SCALARS, *StepScalars]`` of each group into its ``flat.scalars`` on the
+        buffers' device: on CUDA the same tensor every step, written in place by an asynchronous
+        copy (what a captured CUDA graph of the rounds reads)."""
         for group, flat in zip(self.param_groups, self.flat):
-            flat.sync()
-            self._update(flat.grad_buf, self._scalar_tensor(group, flat, self.k), *skeleton_buffers(flat),
-                         *(flat.state[name] for name in self.STATE))
-        return self.k
+            a, t = self.step_scalars(group, k)
+            values = torch.tensor([*a, *t], dtype=flat.param_buf.dtype)
+            device = flat.param_buf.device
+            if device.type != "cuda":
+                flat.scalars = values.to(device)
+                continue
+            if flat.scalars is None or flat.scalars.numel() != values.numel():
+                flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
+            if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
+                values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
+            flat.scalars.copy_(values, non_blocking=True)
+
+    def _run_rounds(self, rounds: tuple[Round, ...], k: int) -> Iterator[MixRound]:
+        """Each round's phase in every group, then its gossip (step k; 0 for start(), whose
+        phases read no scalars: they get step 1's)."""
+        self._write_scalars(max(k, 1))
+        for rnd in rounds:
+            for flat in self.flat:
+                self._update(rnd, flat.grad_buf, flat.scalars, flat.param_buf, flat.work,
+                             tuple(flat.state[name] for name in self.OWN),
+                             tuple(flat.state[name] for name in self.STATE))
+            into = [f.param_buf if rnd.into == PARAMS else f.state[self.OWN[rnd.into - 1]] for f in self.flat]
+            yield MixRound([f.work for f in self.flat], into, k + rnd.offset)
 
     def _rounds(self) -> Iterator[MixRound]:
         """The step as a generator of its gossip rounds (see :func:`step_together`)."""
-        raise NotImplementedError
+        self.k += 1
+        for flat in self.flat:
+            flat.sync()
+        yield from self._run_rounds(self.ROUNDS, self.k)
 
     def _start_rounds(self) -> Iterator[MixRound]:
-        """``start()`` as a generator of its gossip rounds (none by default)."""
+        """``start()`` as a generator of its gossip rounds."""
         self.started = True
-        yield from ()
+        yield from self._run_rounds(self.START, 0)
 
     @torch.no_grad()
     def start(self) -> "NodeOptimizer":
@@ -242,10 +282,14 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
-def _on_numpy(kernel: Callable[..., None]) -> Callable[..., None]:
-    """The numba ``kernel`` called on 1-D numpy views of the (CPU, contiguous) buffers."""
-    def update(g, s, *buffers):
-        kernel(g.numpy().reshape(-1), s.numpy(), *(b.numpy().reshape(-1) for b in buffers))
+def _on_numpy(cls: type, passes: dict[Round, Callable[..., None]]) -> Callable[..., None]:
+    """The numba ``passes`` (one per round) called on 1-D numpy views of the (CPU, contiguous)
+    buffers, with the scalars as :meth:`NodeOptimizer.split_scalars`' named tuples."""
+    def update(rnd, g, s, p, work, own, state):
+        a, t = cls.split_scalars(s.tolist())
+        flat = [b.numpy().reshape(-1) for b in (g, p, work)]
+        passes[rnd](flat[0], t, a, flat[1], tuple(b.numpy().reshape(-1) for b in own),
+                    tuple(b.numpy().reshape(-1) for b in state), flat[2])
     return update
 
 
@@ -253,10 +297,25 @@ _COMPILED: dict[type, Callable[..., None]] = {}
 
 
 def compiled_update(cls: type) -> Callable[..., None]:
-    """``cls.update`` through ``torch.compile`` (one fused kernel per buffer shape), cached per class."""
+    """``cls.update`` with each round's phase through ``torch.compile`` (one fused kernel per
+    buffer shape; the scalars are a tensor, so new values do not recompile), cached per class."""
     if cls not in _COMPILED:
-        _COMPILED[cls] = torch.compile(cls.update, fullgraph=True, dynamic=False)
+        kernels = {rnd: torch.compile(_round_update(cls, rnd), fullgraph=True, dynamic=False)
+                   for rnd in cls.START + cls.ROUNDS}
+
+        def update(rnd, g, s, p, work, own, state):
+            kernels[rnd](g, s, p, work, own, state)
+        _COMPILED[cls] = update
     return _COMPILED[cls]
+
+
+def _round_update(cls: type, rnd: Round) -> Callable[..., None]:
+    def update(g, s, p, work, own, state):
+        cls.update(rnd, g, s, p, work, own, state)
+    # dynamo keeps the graphs of a code object in one cache of at most recompile_limit (8)
+    # entries: a code object of its own per class and round (each holds one graph per buffer shape)
+    update.__code__ = update.__code__.replace(co_name=f"{cls.__name__}_{rnd.phase.__name__}")
+    return update
 
 
 def _evaluate(closure):

@@ -13,9 +13,15 @@ OAdagrad on one node).
 """
 from __future__ import annotations
 
-from dadam3.optim.base import LR, HParam
+from typing import NamedTuple
+
+from dadam3.optim.base import HParam
 from dadam3.optim.elementwise import sqrt
-from dadam3.optim.skeletons import OptimisticGossip
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
+
+
+class OAdagradScalars(NamedTuple):
+    delta: float
 
 
 class OAdagrad(OptimisticGossip):
@@ -24,12 +30,13 @@ class OAdagrad(OptimisticGossip):
     HPARAMS = {"lr": HParam(1e-2, 0.0, None, low_open=True), "delta": HParam(1e-8, 0.0, None, low_open=True)}
 
     STATE = {"sum_sq": 0.0}
+    SCALARS = OAdagradScalars
 
     @staticmethod
     def scalars(h, k):
-        return (h.delta,)
+        return OAdagradScalars(h.delta)
 
     @staticmethod
-    def direction(g, s, sum_sq):
+    def direction(g, a, sum_sq):
         sum_sq = sum_sq + g * g                              # ||g_{1:k,i}||^2
-        return g / (sqrt(sum_sq) + s[0]), sum_sq             # D_k = H_k^{-1} g_k
+        return g / (sqrt(sum_sq) + a.delta), sum_sq          # D_k = H_k^{-1} g_k

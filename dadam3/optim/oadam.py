@@ -14,8 +14,8 @@ Single sequence: the gradient is taken at X_k, which the parameters hold.
 from __future__ import annotations
 
 from dadam3.optim.base import ADAM_HPARAMS
-from dadam3.optim.elementwise import adam_direction, adam_scalars
-from dadam3.optim.skeletons import SingleSequenceGossip
+from dadam3.optim.elementwise import AdamScalars, adam_direction, adam_scalars
+from dadam3.optim.skeletons.single import SingleSequenceGossip
 
 
 class DPOAdam(SingleSequenceGossip):
@@ -25,9 +25,10 @@ class DPOAdam(SingleSequenceGossip):
 
     STATE = {"m": 0.0, "v": 0.0, "d": 0.0}
 
+    SCALARS = AdamScalars
     scalars = staticmethod(adam_scalars)
 
     @staticmethod
-    def direction(g, s, m, v, d):
-        d_k, m, v = adam_direction(g, s, m, v)               # D_k
+    def direction(g, a, m, v, d):
+        d_k, m, v = adam_direction(g, a, m, v)               # D_k
         return 2.0 * d_k - d, m, v, d_k                      # X_{k-1} - eta (2 D_k - D_{k-1})

@@ -11,7 +11,7 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 from __future__ import annotations
 
 from dadam3.optim.base import LR
-from dadam3.optim.skeletons import OptimisticGossip
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 
 class DOSG(OptimisticGossip):
@@ -20,5 +20,5 @@ class DOSG(OptimisticGossip):
     HPARAMS = {"lr": LR}
 
     @staticmethod
-    def direction(g, s):
+    def direction(g, a):
         return (g,)                                          # D_k = G_k

@@ -8,8 +8,8 @@ the current point, then the parameters are gossiped (adapt-then-combine).
 from __future__ import annotations
 
 from dadam3.optim.base import ADAM_HPARAMS, LR
-from dadam3.optim.elementwise import adam_direction, adam_scalars
-from dadam3.optim.skeletons import SingleSequenceGossip
+from dadam3.optim.elementwise import AdamScalars, adam_direction, adam_scalars
+from dadam3.optim.skeletons.single import SingleSequenceGossip
 
 
 class DSGD(SingleSequenceGossip):
@@ -18,7 +18,7 @@ class DSGD(SingleSequenceGossip):
     HPARAMS = {"lr": LR}
 
     @staticmethod
-    def direction(g, s):
+    def direction(g, a):
         return (g,)                                          # g_k
 
 
@@ -29,8 +29,9 @@ class DAdam(SingleSequenceGossip):
 
     STATE = {"m": 0.0, "v": 0.0}
 
+    SCALARS = AdamScalars
     scalars = staticmethod(adam_scalars)
 
     @staticmethod
-    def direction(g, s, m, v):
-        return adam_direction(g, s, m, v)                    # D_k
+    def direction(g, a, m, v):
+        return adam_direction(g, a, m, v)                    # D_k

@@ -1,0 +1,50 @@
+"""The skeletons an algorithm runs on, one module each, and the vocabulary they are written in.
+
+A skeleton says where the gradient is taken, how a step is formed from the algorithm's
+direction and when the gossip happens. It is a subclass of
+:class:`~dadam3.optim.base.NodeOptimizer` declaring
+
+* ``OWN``: the names of its own buffers (e.g. ``x``, ``d``), each one value per parameter
+  value; an algorithm's ``STATE`` may not reuse them;
+* ``START`` and ``ROUNDS``: the :class:`Round` s of ``start()`` and of one step, in order.
+  A round is an element-wise *phase* followed by one gossip round ``into <- W_{k+offset}^t work``.
+
+A phase is an ordinary function of one element,
+``phase(direction, g, t, a, p, own, state) -> (work, own, state)``: ``g`` the operator value
+(the gradient), ``t`` the :class:`StepScalars`, ``a`` the algorithm's scalars (its
+``SCALARS`` named tuple), ``p`` the parameter (the current gradient point), ``own`` and
+``state`` tuples of the skeleton's and the algorithm's buffer values; it returns the value
+the round mixes and the new ``own`` and ``state`` (``None``: unchanged). It calls
+``direction(g, a, *state) -> (D, *new_state)``, the algorithm's math.
+
+The same phase objects run on whole flat ``[n, P]`` tensors (eagerly or fused by
+``torch.compile``, :mod:`dadam3.optim.base`), one value at a time in numba's pass over the
+flat buffers (:mod:`dadam3.optim.numba_pass`) and in the synthetic game's compiled loop
+(:mod:`dadam3.games.synthetic_kernels`): adding a skeleton is one module here, nothing else.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+PARAMS = 0          # a round's ``into``: the parameters (the next gradient point)
+
+
+class StepScalars(NamedTuple):
+    """The skeleton's per-step numbers: the gradient's sign (-1 for a maximising group: the
+    min-max convention) and the step size eta."""
+    sign: float
+    lr: float
+
+
+class Round(NamedTuple):
+    """One gossip round: ``phase`` element-wise, then ``into <- W_{k + offset}^t work`` where k is
+    the step (0 for ``start()``) and ``into`` is :data:`PARAMS` or 1 + the index of an ``OWN``
+    buffer (see :func:`into_own`)."""
+    phase: Callable
+    into: int
+    offset: int
+
+
+def into_own(names: tuple[str, ...], name: str) -> int:
+    """A round's ``into`` for the skeleton buffer ``name``."""
+    return 1 + names.index(name)

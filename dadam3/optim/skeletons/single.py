@@ -1,0 +1,23 @@
+"""The single-sequence skeleton (adapt-then-combine) of DP-OAdam, DAdam and DSGD: the
+gradient is taken at X_{k-1} (the params),
+
+    X_k = (X_{k-1} - eta * direction(G_k, state)) W_k^t
+"""
+from __future__ import annotations
+
+from dadam3.optim.base import NodeOptimizer
+from dadam3.optim.skeletons import PARAMS, Round
+
+
+def step(direction, g, t, a, p, own, state):
+    """The step direction and the algorithm's new state; X_{k-1} - eta * direction, mixed into X_k."""
+    out = direction(g * t.sign, a, *state)
+    return p - t.lr * out[0], None, out[1:]
+
+
+class SingleSequenceGossip(NodeOptimizer):
+    """The single-sequence skeleton (see the module docstring): no buffers of its own."""
+
+    OWN = ()
+    START = ()
+    ROUNDS = (Round(step, PARAMS, 0),)
