@@ -219,22 +219,20 @@ def _nbytes(tree) -> int:
 
 
 def count_optimizer(opts, counter: OpBytes):
-    """Ops and bytes of one joint step of ``opts``; a fused update (torch.compile on CUDA, numba on
-    the CPU) counts as one op reading g, the base point and the state buffers and writing the
-    state buffers, work and (optimistic skeleton) d: what the fused kernel moves."""
+    """Ops and bytes of one joint step of ``opts``; a fused round update (torch.compile on CUDA,
+    numba on the CPU) counts as one op reading g, the base point p, the skeleton's own buffers
+    and the state, and writing work, own buffers and state: what the fused kernel moves."""
     originals = []
     for opt in opts:
         if opt.fusion != "eager":
             fused = opt._update
-            writes_d = opt.SKELETON == "optimistic"
 
-            def counted(g, s, *bufs, _fused=fused, _writes_d=writes_d):
+            def counted(rnd, g, s, p, work, own, state, _fused=fused):
                 counter.ops += 1
                 size = g.numel() * g.element_size()
-                n_state = len(bufs) - (3 if _writes_d else 2)       # (x, d, work) or (p, work), then state
-                counter.bytes += size * ((2 + n_state) + (1 + _writes_d + n_state))
+                counter.bytes += size * ((2 + len(own) + len(state)) + (1 + len(own) + len(state)))
                 with torch.utils._python_dispatch._disable_current_modes():
-                    return _fused(g, s, *bufs)
+                    return _fused(rnd, g, s, p, work, own, state)
             originals.append((opt, fused))
             opt._update = counted
     try:
