@@ -41,6 +41,29 @@ class LoggingGrid:
         return k % self.log_every == 0 or bool(self.eval_every and k % self.eval_every == 0)
 
 
+def as_record(value: Any) -> dict | None:
+    """``value`` (a parsed JSON line of ``metrics.jsonl`` or ``sweep_status.jsonl``) when it is a
+    record: a JSON object whose ``iteration``, if any, is an integer >= 0 and whose ``status``,
+    if any, is a string; None for anything else that parses as JSON (an array, a number, a
+    string iteration, ...). Every reader of those logs goes through it."""
+    if not isinstance(value, dict):
+        return None
+    it, status = value.get("iteration"), value.get("status")
+    if it is not None and (isinstance(it, bool) or not isinstance(it, int) or it < 0):
+        return None
+    if status is not None and not isinstance(status, str):
+        return None
+    return value
+
+
+def parse_record(line: str) -> dict | None:
+    """One line of a JSONL log as a record (:func:`as_record`), None if it is not one."""
+    try:
+        return as_record(json.loads(line))
+    except ValueError:
+        return None
+
+
 def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
     the checkpoint's ``record_on_grid``; for checkpoints written before the trainer stored it,
@@ -68,13 +91,12 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
                 if not line.endswith("\n"):
                     torn = number if line.strip() else None
                     break
-                try:
-                    record = json.loads(line)
-                    it, status = record.get("iteration"), record.get("status")
-                except (json.JSONDecodeError, AttributeError):
+                record = parse_record(line)
+                if record is None:
                     if line.strip():
                         unreadable.append(number)
                     continue
+                it, status = record.get("iteration"), record.get("status")
                 if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
                     continue
                 if status == "resumed" and it is not None and it >= k:

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from dadam3.checkpoint import checkpoint_path
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
+from dadam3.log_rewind import parse_record
 from dadam3.run_dir import note_existing
 from dadam3.signals import Interrupted
 
@@ -94,10 +95,9 @@ def _last_record(path: Path) -> dict | None:
     """The last complete record of a ``metrics.jsonl``, or None."""
     try:
         lines = [x for x in path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1] if x.strip()]
-        record = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
+    except OSError:
         return None
-    return record if isinstance(record, dict) else None
+    return parse_record(lines[-1]) if lines else None
 
 
 def _with_resume(cfg: DictConfig, run_dir: Path) -> DictConfig:
@@ -125,11 +125,8 @@ def _records(sweep_dir: str) -> list[dict]:
         return []
     out = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
+        record = parse_record(line)
+        if record is not None:
             out.append(record)
     return out
 

@@ -34,9 +34,11 @@ if [ -n "${ITERATIONS:-}" ]; then extra+=("loop.iterations=$ITERATIONS"); fi
 # finished_short DIR: the run finished at fewer than $ITERATIONS iterations (so it can go on)
 finished_short() {
   [ -n "${ITERATIONS:-}" ] && [ -f "$1/checkpoints/last.pt" ] && "$PY" - "$1/metrics.jsonl" "$ITERATIONS" <<'PYEOF'
-import json, sys
-last = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-sys.exit(0 if last.get("status") == "finished" and last["iteration"] < int(sys.argv[2]) else 1)
+import sys
+from dadam3.log_rewind import parse_record
+lines = open(sys.argv[1], errors="replace").read().strip().splitlines()
+last = parse_record(lines[-1]) if lines else None
+sys.exit(0 if last and last.get("status") == "finished" and last.get("iteration", 0) < int(sys.argv[2]) else 1)
 PYEOF
 }
 

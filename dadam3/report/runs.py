@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from dadam3.log_rewind import parse_record
+
 from dadam3.divergence import Breach, first_breach
 
 UNKNOWN = "unknown"
@@ -21,7 +23,8 @@ CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The run's records; a line that is not one (torn, or JSON that is no record) is left out."""
+    return [r for r in map(parse_record, path.read_text().splitlines()) if r is not None]
 
 
 def _yaml(path: Path) -> dict:
