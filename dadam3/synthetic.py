@@ -38,7 +38,7 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run_dir import RUN_FILES, RunDir, check_run_dir
+from dadam3.run_dir import RUN_FILES, RunDir, check_run_dir, discard_if_unused
 from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.signals import Interrupted, StopSignals
 from dadam3.sweep import sweep_job
@@ -155,10 +155,13 @@ def main(cfg: DictConfig) -> None:
         _STOP.__enter__()
         _STOP_ACTIVE.append(True)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        sweep_job(partial(synthetic_run, stop=_STOP), cfg, out_dir)
-    else:
-        run(cfg, out_dir, _STOP)
+    try:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_job(partial(synthetic_run, stop=_STOP), cfg, out_dir)
+        else:
+            run(cfg, out_dir, _STOP)
+    finally:        # Hydra made it before the checks: a refused run leaves no directory of its own
+        discard_if_unused(out_dir)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,17 @@ def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
     assert "overwrite=true" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
 
 
+def test_a_refused_run_leaves_no_directory_of_its_own(tmp_path):
+    """Hydra makes the run directory before the checks: a refused run removes it again (issue 26
+    item 14), and a directory that existed before is kept."""
+    new = tmp_path / "new" / "run"
+    r = synthetic("optimizer=cadam3", "topology=ring", "iterations=10", f"hydra.run.dir={new}")
+    assert r.returncode == 2 and "topology=ring" in r.stderr
+    assert not new.exists()
+    r = synthetic("optimizer=cadam3", "topology=ring", "iterations=10", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and tmp_path.is_dir()
+
+
 def test_a_training_runs_directory_is_refused_even_with_overwrite(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "status": "running"}\n')
     r = synthetic("iterations=10", "overwrite=true", f"hydra.run.dir={tmp_path}")
