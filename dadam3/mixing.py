@@ -7,8 +7,9 @@ rounds) along the leading node axis of each tensor::
 
 Two mixers share this interface:
 
-* ``LocalMixer`` (here) holds all M nodes in one process (the simulator) and does one
-  matmul per tensor, written straight into its destination.
+* ``LocalMixer`` (here) holds all M nodes in one process (the simulator); each gossip round
+  sums every node's terms in ascending node index (:mod:`dadam3.ordered_mix`), the order a
+  rank uses too, so results do not depend on the number of ranks (also in float32).
 * ``DistributedMixer`` (``dadam3.distributed.mixer``) runs under torch.distributed: each rank
   holds a contiguous block of nodes, its tensors are those rows only (``[local_nodes, ...]``),
   and every gossip round sends rows point to point to the ranks holding neighbours.
@@ -16,10 +17,10 @@ Two mixers share this interface:
 Both count the bytes each node sends, identically: per gossip round, node i sends its
 whole buffer to every out-neighbour j != i with W[j, i] > 0.
 
-On CUDA the gossip matmul always runs in IEEE float32, whatever TF32 setting the rest of
-the run uses: TF32 keeps 10 mantissa bits, so every mix would move each parameter by
-about 5e-4 of its size (about the size of an Adam step at lr 5e-5) and would no longer
-preserve the node average exactly. The matmul is memory-bound, so TF32 would gain nothing.
+Gossip is elementwise (products and sums, each rounded once), so it runs in IEEE float32
+on CUDA whatever TF32 setting the rest of the run uses (TF32 keeps 10 mantissa bits: every
+mix would move each parameter by about 5e-4 of its size and no longer preserve the node
+average exactly). ``ieee_fp32_matmul`` switches TF32 off for a matmul.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from dadam3.ordered_mix import RoundTerms
 from dadam3.topology import Topology
 
 
@@ -81,11 +83,13 @@ class Mixer:
 
 
 class LocalMixer(Mixer):
-    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor."""
+    """All M nodes in one process: ``X <- W_k^t @ X``, t rounds in the fixed order of
+    :class:`dadam3.ordered_mix.RoundTerms` (``operator``: the product as one matrix)."""
 
     def __init__(self, topology: Topology):
         super().__init__(topology)
         self._ops: dict[tuple, torch.Tensor] = {}
+        self._round_terms: dict[int, RoundTerms] = {}
         self.identity = self.nodes == 1
 
     def operator(self, k: int, device, dtype) -> torch.Tensor:
@@ -98,7 +102,7 @@ class LocalMixer(Mixer):
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
             out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """W_k^t along dim 0 of each tensor; with ``out``, the results are written there
-        (one matmul per tensor straight into its destination: no concatenation copies)."""
+        (the last round straight into its destination: no concatenation copies)."""
         tensors = list(tensors)
         if out is None:
             out = [torch.empty_like(t) for t in tensors] if not self.identity else tensors
@@ -113,11 +117,18 @@ class LocalMixer(Mixer):
             if t.shape[0] != M:
                 raise ValueError(f"mixing expects a leading node axis of size {M}, got shape {tuple(t.shape)}")
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
-        with ieee_fp32_matmul(tensors[0].device):
-            for t, o in zip(tensors, out):
-                Wt = self.operator(k, t.device, t.dtype)
-                torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
+        phases = self._round_phases(k)
+        for t, o in zip(tensors, out):                  # t rounds, each in the fixed order of ordered_mix
+            x = t.reshape(M, -1)
+            for r, phase in enumerate(phases):
+                y = o.view(M, -1) if r + 1 == len(phases) else torch.empty_like(x)
+                x = self._terms(phase).apply(x, y)
         return list(out)
+
+    def _terms(self, phase: int) -> RoundTerms:
+        if phase not in self._round_terms:
+            self._round_terms[phase] = RoundTerms(self._round_matrix(phase), np.arange(self.nodes))
+        return self._round_terms[phase]
 
 
 @contextmanager

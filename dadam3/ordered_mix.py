@@ -1,0 +1,58 @@
+"""One gossip round in a fixed summation order, so that results do not depend on how the M
+nodes are spread over processes.
+
+A round computes, for every node i of a block B::
+
+    (W X)[i] = sum_{j : W[i, j] > 0} W[i, j] X[j]        summed in ascending node index j
+
+with every product and every partial sum rounded once (``torch.mul`` / ``add_``: no matmul,
+no fused multiply-add). The simulator (all M rows) and a rank (its block's rows, from the
+rows ``C`` it holds after the exchange) evaluate the same expression in the same order for
+each node, so their results agree bit for bit in every dtype, whatever the number of ranks.
+A BLAS matmul does not promise this: its blocking (and so its rounding) depends on the
+shape of the whole product, e.g. on how many rows a rank holds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class RoundTerms:
+    """The nonzero terms of rows of one round's matrix: ``index[i, t]`` (a position among the
+    input rows) and ``weight[i, t]``, ascending in node index along ``t``. Rows with fewer
+    terms are padded with weight 0 on their last real column (adds an exact +0).
+
+    ``W_rows``: the rows of W to compute (``[L, len(columns)]``, float64); ``columns``: the
+    node index of each input row (ascending)."""
+
+    def __init__(self, W_rows: np.ndarray, columns: np.ndarray):
+        if np.any(np.diff(columns) <= 0):
+            raise ValueError("columns must be strictly ascending node indices")
+        nonzero = [np.nonzero(row)[0] for row in W_rows]
+        width = max(1, max(len(nz) for nz in nonzero))
+        index = np.zeros((len(W_rows), width), dtype=np.int64)
+        weight = np.zeros((len(W_rows), width), dtype=np.float64)
+        for i, nz in enumerate(nonzero):
+            if len(nz):
+                index[i, :len(nz)], index[i, len(nz):] = nz, nz[-1]
+                weight[i, :len(nz)] = W_rows[i, nz]
+        self.index, self.weight = index, weight
+        self._on: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def on(self, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(index, weight)`` as tensors on ``device`` (weights in ``dtype``), cached."""
+        key = (str(device), dtype)
+        if key not in self._on:
+            self._on[key] = (torch.as_tensor(self.index, device=device),
+                             torch.as_tensor(self.weight, device=device, dtype=dtype))
+        return self._on[key]
+
+    def apply(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``out[i] = sum_t weight[i, t] * x[index[i, t]]`` in ``t`` order; ``x`` is
+        ``[rows, n]``, ``out`` ``[L, n]`` and must not overlap ``x``."""
+        index, weight = self.on(x.device, x.dtype)
+        torch.mul(x.index_select(0, index[:, 0]), weight[:, :1], out=out)
+        for t in range(1, index.shape[1]):
+            out.add_(x.index_select(0, index[:, t]).mul_(weight[:, t:t + 1]))
+        return out
