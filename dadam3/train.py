@@ -13,7 +13,11 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
 """
 from __future__ import annotations
 
-import logging
+if __name__ == "__main__":          # first: a stop signal while torch and Hydra load is one line
+    from dadam3.signals import during_start_up
+    during_start_up()
+
+import logging  # noqa: E402
 import os
 from functools import partial
 from pathlib import Path
@@ -29,7 +33,7 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
-from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error, named_as
+from dadam3.errors import ConfigError, WriteFailed, check_usable_dir, exit_on_config_error, named_as, writing
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
@@ -42,6 +46,7 @@ from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.schema import TrainConfig, check_overrides, train_settings
+from dadam3.signals import StopSignals
 from dadam3.sweep import sweep_job
 
 log = logging.getLogger(__name__)
@@ -218,16 +223,26 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
     with JobLog() as job_log:
         trainer = build_trainer(train_settings(cfg), run_dir)
         job_log.attach(trainer.run_dir / JOB_LOG)
-        if trainer.placement.is_main:
-            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
-            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
-            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
+        trainer.stop_if_write_failed(_write_run_files(cfg, trainer) if trainer.placement.is_main else None)
         trainer.fit()
         trainer.finish()
         shutdown()
         log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(),
                  trainer.run_dir)
     return trainer
+
+
+def _write_run_files(cfg: DictConfig, trainer: WGANTrainer) -> WriteFailed | None:
+    """``config_resolved.yaml`` and ``provenance.json``; a write that failed is returned."""
+    try:
+        with writing(trainer.run_dir / "config_resolved.yaml"):
+            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
+        with writing(trainer.run_dir / "provenance.json"):
+            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
+            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
+    except WriteFailed as e:
+        return e
+    return None
 
 
 @exit_on_peer_failure
@@ -240,10 +255,11 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        sweep_job(train_run, cfg, run_dir)
-    else:
-        run(cfg, run_dir)
+    with StopSignals():             # from here a signal is noted; the loop acts on it
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            sweep_job(train_run, cfg, run_dir)
+        else:
+            run(cfg, run_dir)
 
 
 if __name__ == "__main__":
