@@ -258,11 +258,12 @@ def writing(path: Any, whole_file: bool = False) -> Iterator[None]:
 
 
 class StoppedAtOnce(BaseException):
-    """A second stop signal: the run stops where it is, without a checkpoint of the iteration
-    under way (a BaseException, like KeyboardInterrupt, so no ``except Exception`` keeps it)."""
+    """A second stop signal, or one an iteration has not reached the end of in time: the run
+    stops where it is, without a checkpoint of the iteration under way (a BaseException, like
+    KeyboardInterrupt, so no ``except Exception`` keeps it)."""
 
-    def __init__(self, signum: int, name: str):
-        super().__init__(f"second {name}: stopped at once, without finishing the iteration")
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
         self.exit_code = 128 + signum
         self.echo = True
 

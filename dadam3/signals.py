@@ -9,7 +9,9 @@ Three phases of a process started from the command line:
   signal is noted; the training loop (and the synthetic game's) reads it between iterations,
   checkpoints and stops (:class:`Interrupted`); a signal noted while the run is still being
   built is acted on after its first iteration;
-* a second signal more than :data:`SAME_STOP_S` after the first stops at once
+* an iteration still running :data:`ITERATION_GRACE_S` after the signal (many critic steps:
+  :func:`overdue`, checked between them) stops unfinished, as
+* a second signal more than :data:`SAME_STOP_S` after the first does: it stops at once
   (:class:`dadam3.errors.StoppedAtOnce`: the iteration under way is not finished; the loop
   writes the ``interrupted`` record it still can). Two signals closer together are one stop:
   a terminal's Ctrl-C reaches every process of its group and a launcher (torchrun, timeout)
@@ -30,6 +32,13 @@ from dadam3.errors import RunStopped, StoppedAtOnce
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 SAME_STOP_S = 1.0          # signals closer together than this are one stop request
+ITERATION_GRACE_S = 10.0   # how long a noted signal waits for the iteration under way to end
+
+
+def overdue(where: str) -> None:
+    """:meth:`StopSignals.overdue` of the one in force (none: nothing to do)."""
+    if StopSignals.active is not None:
+        StopSignals.active.overdue(where)
 
 
 def during_start_up() -> None:
@@ -64,7 +73,15 @@ class StopSignals:
         if self.signum is None:
             self.signum, self._first = signum, now
         elif now - self._first > SAME_STOP_S:
-            raise StoppedAtOnce(signum, signal.Signals(signum).name)
+            raise StoppedAtOnce(signum, f"second {signal.Signals(signum).name}: stopped at once, without "
+                                        "finishing the iteration")
+
+    def overdue(self, where: str) -> None:
+        """Inside a long iteration (between its critic steps): a signal noted more than
+        :data:`ITERATION_GRACE_S` ago stops the run now, the iteration unfinished."""
+        if self.signum is not None and time.monotonic() - self._first > ITERATION_GRACE_S:
+            raise StoppedAtOnce(self.signum, f"{signal.Signals(self.signum).name} {ITERATION_GRACE_S:g} s ago and "
+                                             f"{where} still running: stopped without finishing it")
 
     def __enter__(self) -> "StopSignals":
         if StopSignals.active is not None:

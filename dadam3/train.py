@@ -34,6 +34,7 @@ from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
 from dadam3.errors import ConfigError, WriteFailed, check_usable_dir, exit_on_config_error, named_as, writing
+from dadam3.gan.memory import check_fits
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
@@ -62,6 +63,8 @@ def build_trainer(s: TrainConfig, run_dir: Path) -> WGANTrainer:
     and ``metrics.jsonl`` created or rewound (:func:`_open_logs`)."""
     _check_launch(s)
     _check_paths(s)
+    with named_as({"model": "model.width"}):       # a net without a size key: its width
+        check_fits(s, int(os.environ.get("WORLD_SIZE", "1")) if s.backend == "distributed" else 1, s.torch_device)
     placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
     if s.backend == "distributed":
         with named_as(s.distributed.keys("distributed.")):

@@ -46,7 +46,7 @@ from dadam3.mixing import Mixer
 from dadam3.optim import step_together
 from dadam3.run_logging import progress
 from dadam3.schema import LoopSettings
-from dadam3.signals import StopSignals
+from dadam3.signals import StopSignals, overdue
 
 NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
 
@@ -122,6 +122,7 @@ class WGANTrainer(RunStops):
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
         k = self.state.iteration + 1
         for _ in range(self.s.n_critic):
+            overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
             with self._autocast():
                 out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self.finite.note(out, k)

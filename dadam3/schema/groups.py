@@ -139,7 +139,7 @@ class Topology(Option):
 
 @dataclass
 class Torus(Topology):
-    rows: Optional[Any] = knob(None)         # null: the most square factorisation; build_topology checks it against nodes
+    rows: Optional[int] = knob(None, Int(1, none=True))   # null: the most square factorisation; build_topology checks it divides nodes
 
 
 @dataclass
