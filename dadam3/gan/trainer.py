@@ -33,6 +33,7 @@ import torch
 
 from dadam3.checkpoint import NodeList, checkpoint_path, rank_rows, restore_rng_state, stamped, write_checkpoint
 from dadam3.data.node_sampler import node_seed
+from dadam3.distributed.failures import DistributedTimeout
 from dadam3.distributed.placement import Placement
 from dadam3.errors import StoppedAtOnce, WriteFailed
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
@@ -167,6 +168,10 @@ class WGANTrainer(RunStops):
         except StoppedAtOnce as e:               # a second signal: the record it can still have
             e.echo = self.placement.is_main
             self._terminal_record("interrupted", f"{e}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        except DistributedTimeout as e:          # a peer died or hung: the survivors end the log
+            e.args = (f"{e}; during training iteration {self.state.iteration + 1}",)
+            self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
             raise
         finally:
             bar.close()
