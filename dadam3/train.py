@@ -16,6 +16,9 @@ from __future__ import annotations
 if __name__ == "__main__":          # first: a stop signal while torch and Hydra load is one line
     from dadam3.signals import during_start_up
     during_start_up()
+    import os
+    if os.environ.get("WORLD_SIZE"):  # a rank: c10d's C++ log (stack frames) says nothing our one line does not
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 import logging  # noqa: E402
 import os

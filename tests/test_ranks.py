@@ -25,7 +25,7 @@ from dadam3.mixing import LocalMixer
 from dadam3.run_logging import read_jsonl
 from dadam3.topology import build_topology
 
-from test_distributed_mixing import _launch, _node_rows
+from test_distributed_mixing import _free_port, _launch, _node_rows
 from trainer_runs import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,3 +142,16 @@ def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(
         assert "peer failure" in last["reason"] and f"during training iteration {last['iteration'] + 1}" in last["reason"]
     else:
         assert load(checkpoint_path(run))["iteration"] == last["iteration"]
+
+
+def test_a_rank_that_starts_alone_says_so_in_one_line_without_cpp_frames(tmp_path):
+    """Rank 1 starting after rank 0 has gone (nobody at MASTER_PORT): one line, exit 3."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, "backend=distributed", "distributed.timeout_s=3",
+                        f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 3, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: rank 1: the process group of 2 ranks did not form"), \
+        r.stderr[-2000:]

@@ -156,3 +156,12 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_ends_the_log(small_disk):
         ckpt = torch.load(checkpoint_path(run), weights_only=False)
         assert ckpt["iteration"] % 3 == 0 and ckpt["iteration"] <= records[-1]["iteration"]
     assert not list(checkpoint_path(run).parent.glob(".*.tmp"))
+
+
+def test_a_metrics_cache_without_room_is_found_before_training(small_disk, tmp_path):
+    """A cache directory on a file system without room for the reference features is said up
+    front (the evaluation then runs without caching) instead of failing at the first one."""
+    from dadam3.metrics.evaluation import cache_too_small
+    reason = cache_too_small(str(small_disk / "cache"), 60_000)
+    assert reason is not None and "MiB free" in reason
+    assert cache_too_small(str(tmp_path / "cache"), 10) is None
