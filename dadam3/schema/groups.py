@@ -9,6 +9,7 @@ common ones are the builder's own options (``options``), handed to :func:`build_
 """
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -137,9 +138,16 @@ class Topology(Option):
     rounds: int = knob(1, Int(1))            # gossip rounds per mixing: the operator is W^t
 
 
+def number_or_null(key: str, value: Any) -> Any:
+    """Null or a number (its builder checks which numbers); anything else is refused here."""
+    if value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return value
+    raise ConfigError(key, value, "must be an integer (or null)")
+
+
 @dataclass
 class Torus(Topology):
-    rows: Optional[int] = knob(None, Int(1, none=True))   # null: the most square factorisation; build_topology checks it divides nodes
+    rows: Optional[Any] = knob(None, number_or_null)   # null: the most square; build_topology checks it divides nodes
 
 
 @dataclass
