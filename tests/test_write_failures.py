@@ -48,7 +48,7 @@ def test_metrics_jsonl_past_the_file_size_limit_leaves_no_torn_line(tmp_path):
             f"hydra.run.dir={run}", preexec_fn=fsize(12_000))
     assert r.returncode == 1, r.stderr[-2000:]
     line = one_error_line(r.stderr, f"error: write failed: {run / 'metrics.jsonl'}: File too large (EFBIG)")
-    assert "continue with" in line
+    assert "start the run again" in line             # no checkpoint yet: nothing to resume
     records = whole_lines(run / "metrics.jsonl")
     assert records[-1]["status"] == "interrupted" and "metrics.jsonl" in records[-1]["reason"]
     assert all(r["status"] == "running" for r in records[:-1]) and len(records) > 3
@@ -165,3 +165,15 @@ def test_a_metrics_cache_without_room_is_found_before_training(small_disk, tmp_p
     reason = cache_too_small(str(small_disk / "cache"), 60_000)
     assert reason is not None and "MiB free" in reason
     assert cache_too_small(str(tmp_path / "cache"), 10) is None
+
+
+def test_the_run_files_written_before_training_are_one_line_and_a_record(tmp_path):
+    """config_resolved.yaml / provenance.json past a 1 KiB file-size limit: one line naming the
+    file, exit 1, the log's only record ``interrupted`` with the reason."""
+    run = tmp_path / "run"
+    r = cli(*BASE, "loop.iterations=3", f"hydra.run.dir={run}", preexec_fn=fsize(1024))
+    assert r.returncode == 1, r.stderr[-2000:]
+    line = one_error_line(r.stderr, f"error: write failed: {run}/")
+    assert "File too large (EFBIG)" in line and "start the run again" in line
+    (record,) = whole_lines(run / "metrics.jsonl")
+    assert record["status"] == "interrupted" and "File too large" in record["reason"]

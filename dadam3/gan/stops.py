@@ -22,6 +22,8 @@ class RunStops:
     """The trainer's early stops (see the module docstring)."""
 
     def _continue_with(self) -> str:
+        if not checkpoint_path(self.run_dir).is_file():
+            return "start the run again"
         return f"continue with `python -m dadam3.train resume={self.run_dir}`"
 
     def stop_if_write_failed(self, failed: WriteFailed | None) -> None:
