@@ -40,7 +40,7 @@ def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], 
     (:func:`dadam3.schema.check_overrides`), then hand over to Hydra."""
     exit_on_config_error(check_group_choices)(sys.argv[1:], groups)
     exit_on_config_error(check)(sys.argv[1:])
-    hydra_main()
+    exit_on_config_error(hydra_main)()          # a second stop signal in a sweep ends here, in one line
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

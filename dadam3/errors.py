@@ -197,5 +197,75 @@ def exit_on_config_error(fn: F) -> F:
             if echo:
                 print(line, file=sys.stderr)
             sys.exit(code)
+        except StoppedAtOnce as e:
+            if e.echo:
+                print(e.line(), file=sys.stderr)
+            sys.exit(e.exit_code)
 
     return wrapper  # type: ignore[return-value]
+
+
+class WriteFailed(RunStopped):
+    """A file of the run could not be written (disk full, file-size limit, a directory where
+    the file should be, ...): one line naming the file and the reason."""
+
+    prefix = "error: write failed"
+
+    def __init__(self, path: Any, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path}: {reason}")
+
+
+def write_failure_reason(e: BaseException, path: Any) -> str:
+    """Why writing ``path`` failed, in a few words. The ``OSError`` itself where there is one
+    (also behind a library's own error: torch's zip writer says ``unexpected pos``, PIL
+    ``_idat has no attribute fileno``, after the write failed); otherwise the file system's
+    free space and the file-size limit say which it was."""
+    import errno
+    import resource
+    cause: BaseException | None = e
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno:
+            return f"{cause.strerror or os.strerror(cause.errno)} ({errno.errorcode.get(cause.errno, cause.errno)})"
+        cause = cause.__cause__ or cause.__context__
+    text = " ".join(str(e).split())[:120] or type(e).__name__
+    place = next((a for a in (Path(path), *Path(path).absolute().parents) if a.exists()), Path("/"))
+    st = os.statvfs(place)
+    if st.f_bavail * st.f_frsize < 1 << 20:
+        return f"No space left on device (ENOSPC; {type(e).__name__}: {text})"
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return f"the file-size limit (ulimit -f, {limit} bytes) was reached ({type(e).__name__}: {text})"
+    return f"{type(e).__name__}: {text}"
+
+
+@contextlib.contextmanager
+def writing(path: Any, whole_file: bool = False) -> Iterator[None]:
+    """Within it, any exception while writing ``path`` is :class:`WriteFailed` naming it (a
+    library may report a failed write as any kind of exception). ``whole_file``: the block
+    writes all of ``path`` (an image), so a failure removes what it left of it."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except BaseException as e:
+        if whole_file:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if not isinstance(e, Exception):
+            raise
+        raise WriteFailed(path, write_failure_reason(e, path)) from None
+
+
+class StoppedAtOnce(BaseException):
+    """A second stop signal, or one an iteration has not reached the end of in time: the run
+    stops where it is, without a checkpoint of the iteration under way (a BaseException, like
+    KeyboardInterrupt, so no ``except Exception`` keeps it)."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+        self.echo = True
+
+    def line(self) -> str:
+        return f"stopped: {self}"

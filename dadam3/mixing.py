@@ -7,8 +7,9 @@ rounds) along the leading node axis of each tensor::
 
 Two mixers share this interface:
 
-* ``LocalMixer`` (here) holds all M nodes in one process (the simulator) and does one
-  matmul per tensor, written straight into its destination.
+* ``LocalMixer`` (here) holds all M nodes in one process (the simulator); each gossip round
+  sums every node's terms in ascending node index (:mod:`dadam3.ordered_mix`), the order a
+  rank uses too, so results do not depend on the number of ranks (also in float32).
 * ``DistributedMixer`` (``dadam3.distributed.mixer``) runs under torch.distributed: each rank
   holds a contiguous block of nodes, its tensors are those rows only (``[local_nodes, ...]``),
   and every gossip round sends rows point to point to the ranks holding neighbours.
@@ -16,10 +17,12 @@ Two mixers share this interface:
 Both count the bytes each node sends, identically: per gossip round, node i sends its
 whole buffer to every out-neighbour j != i with W[j, i] > 0.
 
-On CUDA the gossip matmul always runs in IEEE float32, whatever TF32 setting the rest of
-the run uses: TF32 keeps 10 mantissa bits, so every mix would move each parameter by
-about 5e-4 of its size (about the size of an Adam step at lr 5e-5) and would no longer
-preserve the node average exactly. The matmul is memory-bound, so TF32 would gain nothing.
+Gossip is elementwise by default (``kernel="ordered"``: products and sums, each rounded once,
+in ascending node index: :mod:`dadam3.ordered_mix`), so it runs in IEEE float32 on CUDA
+whatever TF32 setting the rest of the run uses (TF32 keeps 10 mantissa bits: every mix would
+move each parameter by about 5e-4 of its size and no longer preserve the node average
+exactly), and a rank computes its rows exactly as the simulator does. ``kernel="matmul"`` (one
+matmul by W^t per tensor, TF32 off through :func:`ieee_fp32_matmul`) is the reference.
 
 The stencil kernel (``LocalMixer(kernel="stencil")``) writes ``X ← W X`` as a sum over the
 cyclic shifts W uses. Any ``[M, M]`` matrix is a sum of its cyclic diagonals,
@@ -27,16 +30,13 @@ cyclic shifts W uses. Any ``[M, M]`` matrix is a sum of its cyclic diagonals,
     W = Σ_s D_s P_s,    (P_s X)[i] = X[(i + s) mod M],    D_s = diag(W[i, (i + s) mod M]),
 
 so ``(W X)[i] = Σ_{s ∈ S} W[i, i+s] · X[i+s]`` with S the shifts whose diagonal is not all
-zero: 3 for a ring, 5 for a torus, M for the complete graph. Written this way the mix is
-element-wise work (multiply, add) with no matmul at all, so float32 stays IEEE whatever the
-TF32 setting; ``torch.compile`` fuses it into one kernel per flat buffer that reads each
-input row and writes each output row once (the bytes floor, ``2 · M · P · size``), where
-cuBLAS runs the tiny ``[M, M] × [M, P]`` product as a gemv far from it.
-
-Eagerly (no compile) each shift is a ``roll`` and an ``addcmul``: about 5 passes over the
-buffer per shift (``ByteCensus`` counts 7.5× the floor for a ring), so on the CPU — where
-the matmul already moves the floor — the stencil is only the reference for the compiled
-kernel, never the default.
+zero: 3 for a ring, 5 for a torus, M for the complete graph. ``torch.compile`` fuses it into
+one kernel per flat buffer that reads each input row and writes each output row once (the
+bytes floor, ``2 · M · P · size``), where cuBLAS runs the tiny ``[M, M] × [M, P]`` product as
+a gemv far from it. Its order of summation (by shift) is not the ranks' (by node index), so
+it is an option for the single-process simulator on CUDA (``kernel="auto"``: sparse graphs).
+Eagerly each shift is a ``roll`` and an ``addcmul`` (7.5× the floor for a ring): on the CPU
+it is only the reference for the compiled kernel.
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from dadam3.ordered_mix import RoundTerms
 from dadam3.topology import Topology
 
 
@@ -98,25 +99,27 @@ class Mixer:
         raise NotImplementedError
 
 
-KERNELS = ("matmul", "stencil", "auto")
+KERNELS = ("ordered", "matmul", "stencil", "auto")
 
 
 class LocalMixer(Mixer):
-    """All M nodes in one process: ``X <- W_k^t @ X``, one matmul per tensor.
+    """All M nodes in one process: ``X <- W_k^t @ X``.
 
-    ``kernel``: ``"matmul"`` (the default and the reference: one matmul per tensor),
-    ``"stencil"`` (the stencil below: a sum over the cyclic shifts W uses, no
-    matmul; fused by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"`` (the stencil on
-    CUDA for sparse graphs by :func:`use_stencil`, the matmul otherwise —
-    on the CPU the matmul already moves the bytes floor)."""
+    ``kernel``: ``"ordered"`` (the default: t rounds, each in the fixed order of
+    :class:`dadam3.ordered_mix.RoundTerms`, the order every rank uses, so float32 results do
+    not depend on the number of processes; one compiled pass over each buffer on the CPU),
+    ``"matmul"`` (the reference: one matmul by W^t per tensor), ``"stencil"`` (a sum over the
+    cyclic shifts W uses; fused by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"``
+    (the stencil on CUDA for sparse graphs by :func:`use_stencil`, ordered otherwise)."""
 
-    def __init__(self, topology: Topology, kernel: str = "matmul"):
+    def __init__(self, topology: Topology, kernel: str = "ordered"):
         super().__init__(topology)
         if kernel not in KERNELS:
             raise ValueError(f"kernel={kernel!r}: must be one of {', '.join(KERNELS)}")
         self.kernel = kernel
         self._ops: dict[tuple, torch.Tensor] = {}
         self._stencils: dict[tuple, tuple[tuple[int, ...], torch.Tensor]] = {}
+        self._round_terms: dict[int, RoundTerms] = {}
         self.identity = self.nodes == 1
 
     def _phase(self, k: int) -> int:
@@ -146,7 +149,7 @@ class LocalMixer(Mixer):
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
             out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         """W_k^t along dim 0 of each tensor; with ``out``, the results are written there
-        (one matmul per tensor straight into its destination: no concatenation copies)."""
+        (the last round straight into its destination: no concatenation copies)."""
         tensors = list(tensors)
         if out is None:
             out = [torch.empty_like(t) for t in tensors] if not self.identity else tensors
@@ -169,11 +172,24 @@ class LocalMixer(Mixer):
                 shifts, coeffs = self.stencil(k, t.device, t.dtype)
                 mix(t.reshape(M, -1), coeffs, shifts, o.view(M, -1))
             return list(out)
-        with ieee_fp32_matmul(tensors[0].device):
-            for t, o in zip(tensors, out):
-                Wt = self.operator(k, t.device, t.dtype)
-                torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
+        if self.kernel == "matmul":
+            with ieee_fp32_matmul(tensors[0].device):
+                for t, o in zip(tensors, out):
+                    Wt = self.operator(k, t.device, t.dtype)
+                    torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
+            return list(out)
+        phases = self._round_phases(k)
+        for t, o in zip(tensors, out):                  # t rounds, each in the fixed order of ordered_mix
+            x = t.reshape(M, -1)
+            for r, phase in enumerate(phases):
+                y = o.view(M, -1) if r + 1 == len(phases) else torch.empty_like(x)
+                x = self._terms(phase).apply(x, y)
         return list(out)
+
+    def _terms(self, phase: int) -> RoundTerms:
+        if phase not in self._round_terms:
+            self._round_terms[phase] = RoundTerms(self._round_matrix(phase), np.arange(self.nodes))
+        return self._round_terms[phase]
 
 
 @contextmanager

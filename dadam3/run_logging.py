@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, writing
 from dadam3.log_rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -115,8 +115,9 @@ def _images_to_grid(images: Tensor, nrow: int = 8) -> Tensor:
 class JsonlLogger:
     """Appends one JSON object per :meth:`log` call to ``path`` (e.g. ``<run_dir>/metrics.jsonl``).
 
-    Each line is flushed when written, so a killed process loses at most the line being
-    written; such a torn last line is removed when the file is opened again.
+    Each line is written whole, unbuffered, so a killed process loses at most the line being
+    written; such a torn last line is removed when the file is opened again. A write that
+    fails is cut back at once (:meth:`log`).
 
     Resuming from a checkpoint at iteration k (``resume_from_iteration=k``) rewrites the
     file as an uninterrupted run would have left it at k (:func:`dadam3.log_rewind.rewind`;
@@ -128,28 +129,40 @@ class JsonlLogger:
     def __init__(self, path: str | os.PathLike, resume_from_iteration: int | None = None,
                  drop_record_at_resume_point: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            if resume_from_iteration is not None:
-                rewind(self.path, resume_from_iteration, drop_record_at_resume_point)
-            else:
-                self._drop_torn_tail()
-        self._file = open(self.path, "ab")
+        with writing(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                if resume_from_iteration is not None:
+                    rewind(self.path, resume_from_iteration, drop_record_at_resume_point)
+                else:
+                    self._drop_torn_tail()
+            self._file = open(self.path, "ab", buffering=0)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Append one whole line; a write that fails (disk full, file-size limit) is cut back
+        to the line before, so no torn line is left, and raises :class:`WriteFailed`."""
         _check_iteration(metrics, step)
         record = {"iteration": int(step), **{k: to_jsonable(v) for k, v in metrics.items()
                                                if k != "iteration"}}
-        self._file.write((json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
-        self._file.flush()
+        line = memoryview((json.dumps(record, allow_nan=False) + "\n").encode("utf-8"))
+        with writing(self.path):
+            fd = self._file.fileno()
+            start = os.fstat(fd).st_size
+            try:
+                while line:
+                    line = line[self._file.write(line):]
+            except BaseException:
+                os.ftruncate(fd, start)
+                raise
 
     def log_images(self, key: str, images: Tensor, step: int, nrow: int = 8) -> Path:
         """Save the grid as ``<dir of path>/images/<key>/<step:08d>.png`` (``/`` in key → ``_``)."""
         from torchvision.utils import save_image
 
         out = self.path.parent / "images" / key.replace("/", "_") / f"{int(step):08d}.png"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        save_image(_images_to_grid(images, nrow), out)
+        with writing(out, whole_file=True):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            save_image(_images_to_grid(images, nrow), out)
         return out
 
     def finish(self) -> None:

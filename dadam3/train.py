@@ -17,7 +17,14 @@ line change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
 
-import logging
+if __name__ == "__main__":          # first: a stop signal while torch and Hydra load is one line
+    from dadam3.signals import during_start_up
+    during_start_up()
+    import os
+    if os.environ.get("WORLD_SIZE"):  # a rank: c10d's C++ log (stack frames) says nothing our one line does not
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+import logging  # noqa: E402
 import os
 import sys
 from functools import partial
@@ -35,7 +42,8 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, exit_on_peer_failure, init_from_env,
                                  run_fingerprint, shutdown)
-from dadam3.errors import ConfigError, check_usable_dir, exit_on_config_error, named_as
+from dadam3.errors import ConfigError, WriteFailed, check_usable_dir, exit_on_config_error, named_as, writing
+from dadam3.gan.memory import check_fits
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
@@ -49,6 +57,7 @@ from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_dir import RunDir, claim_run_dir, discard_if_unused
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.schema import TrainConfig, check_overrides, config_error, merged_overrides, train_settings
+from dadam3.signals import StopSignals
 from dadam3.sweep import sweep_job
 
 log = logging.getLogger(__name__)
@@ -65,6 +74,8 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False) -> WGA
     ``run_dir`` (a checkpoint that is no run's own may continue there)."""
     _check_launch(s)
     _check_paths(s)
+    with named_as({"model": "model.width"}):       # a net without a size key: its width
+        check_fits(s, int(os.environ.get("WORLD_SIZE", "1")) if s.backend == "distributed" else 1, s.torch_device)
     placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
     if s.backend == "distributed":
         with named_as(s.distributed.keys("distributed.")):
@@ -254,16 +265,26 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
         cfg = resumed_config(cfg)
         trainer = build_trainer(train_settings(cfg), run_dir, _dir_named())
         job_log.attach(trainer.run_dir / JOB_LOG)
-        if trainer.placement.is_main:
-            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
-            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
-            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
+        trainer.stop_if_write_failed(_write_run_files(cfg, trainer) if trainer.placement.is_main else None)
         trainer.fit()
         trainer.finish()
         shutdown()
         log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(),
                  trainer.run_dir)
     return trainer
+
+
+def _write_run_files(cfg: DictConfig, trainer: WGANTrainer) -> WriteFailed | None:
+    """``config_resolved.yaml`` and ``provenance.json``; a write that failed is returned."""
+    try:
+        with writing(trainer.run_dir / "config_resolved.yaml"):
+            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
+        with writing(trainer.run_dir / "provenance.json"):
+            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
+            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
+    except WriteFailed as e:
+        return e
+    return None
 
 
 @exit_on_peer_failure
@@ -277,10 +298,11 @@ def run(cfg: DictConfig, run_dir: Path) -> None:
 def main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            sweep_job(train_run, cfg, run_dir)
-        else:
-            run(cfg, run_dir)
+        with StopSignals():         # from here a signal is noted; the loop acts on it
+            if HydraConfig.get().mode == RunMode.MULTIRUN:
+                sweep_job(train_run, cfg, run_dir)
+            else:
+                run(cfg, run_dir)
     finally:        # Hydra made it before the checks: a refused run, or a resume that continued elsewhere
         discard_if_unused(run_dir)
 

@@ -13,8 +13,8 @@ Checked under fake CUDA (the code users run: ``dadam3.train.build_trainer`` with
 * ``train_step()``, simultaneous (n_critic = 1) and alternating (n_critic = 2): the draws
   (data, z, eps), every forward pass of ``wgan_gp_step`` (real and fake through the critic,
   the interpolates), the gradient-penalty objectives, the ``.grad`` writes, the operator
-  norm, the NaN checks' tensor work, both optimizers' steps and the gossip matmuls, which
-  must run under ``ieee_fp32_matmul`` (IEEE float32) although the run set TF32;
+  norm, the NaN checks' tensor work, both optimizers' steps and the gossip rounds (elementwise,
+  :mod:`dadam3.ordered_mix`: IEEE float32 although the run set TF32);
 * the backward graphs: every node of every graph handed to ``torch.autograd.grad`` holds
   CUDA metadata and reaches the requested inputs (see "unchecked" for why the engine
   itself does not run);
@@ -84,6 +84,7 @@ import dadam3.gan.trainer as trainer_mod
 import dadam3.train as train_mod
 from dadam3.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
+from dadam3.ordered_mix import RoundTerms
 from dadam3.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report
@@ -129,7 +130,7 @@ class Harness:
     def __init__(self):
         self.grad_calls: list[bool] = []           # create_graph of each autograd.grad
         self.finite_masks: list[tuple] = []        # (device, dtype, shape) of each NaN-check mask
-        self.mixes: list[tuple] = []               # (device, fp32_precision) of each gossip matmul
+        self.mixes: list[torch.device] = []        # device of each gossip round's output
         self.images: list[tuple] = []              # (file name, device of the images, grid shape)
 
     def autograd_grad(self, outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
@@ -160,12 +161,10 @@ class Harness:
         assert torch.device(device).type == "cuda"
         return torch.Generator().manual_seed(seed)  # a CUDA generator needs a driver
 
-    def matmul(self, real):
-        def spy(*args, out=None, **kwargs):
-            if out is not None:                     # the mixer's matmuls write into their destination
-                self.mixes.append((out.device, torch.backends.cuda.matmul.fp32_precision))
-                return real(*args, out=out, **kwargs)
-            return real(*args, **kwargs)
+    def mix_round(self, real):
+        def spy(terms, x, out):
+            self.mixes.append(out.device)
+            return real(terms, x, out)
         return spy
 
     def save_image(self, tensor, fp, format=None, **kwargs):
@@ -190,7 +189,7 @@ def fake_cuda(monkeypatch):
     for name in ("state_dict", "load_state_dict"):
         monkeypatch.setattr(NodeSampler, name, outside_fake(getattr(NodeSampler, name)))
     monkeypatch.setattr(torch.autograd, "grad", h.autograd_grad)
-    monkeypatch.setattr(torch, "matmul", h.matmul(torch.matmul))
+    monkeypatch.setattr(RoundTerms, "apply", h.mix_round(RoundTerms.apply))
     monkeypatch.setattr(torchvision.utils, "save_image", h.save_image)
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
@@ -234,7 +233,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     assert len(h.grad_calls) == 2 * grads_per_step and True in h.grad_calls    # the penalty's create_graph
     n_params = sum(1 for net in (t.G, t.D) for _ in net.parameters())
     assert h.finite_masks.count((CUDA, torch.bool, (M,))) == len(h.finite_masks) >= 1 + n_params
-    assert h.mixes and all(m == (CUDA, "ieee") for m in h.mixes)               # gossip in IEEE fp32 on cuda
+    assert h.mixes and all(m == CUDA for m in h.mixes)                          # gossip (elementwise) on cuda
     assert t.opt_g.k == 2 and t.opt_d.k == 2 * s.loop.n_critic
 
     assert on_cuda(*t.G.node_module(1).parameters(), *t.D.averaged_module().parameters())

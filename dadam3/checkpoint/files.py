@@ -11,6 +11,7 @@ What a training checkpoint holds is :mod:`dadam3.checkpoint.contents`'s concern.
 """
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from dadam3.errors import ConfigError, RunStopped
+from dadam3.errors import ConfigError, RunStopped, write_failure_reason
 
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
@@ -44,6 +45,10 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     and Windows within one file system); the directory is fsynced so the rename survives a
     power loss. If writing fails the temporary file is removed and the error propagates.
     A SIGKILL mid-write can leave a stray ``.tmp`` file but never a damaged ``path``.
+
+    Any failure to write is an ``OSError`` whose ``strerror`` says why
+    (:func:`dadam3.errors.write_failure_reason`): on a full disk or past the file-size limit
+    torch's zip writer raises ``RuntimeError: ... unexpected pos`` after the ``OSError``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,11 +59,13 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, Exception) and not isinstance(e, OSError):
+            raise OSError(errno.EIO, write_failure_reason(e, tmp)) from None
         raise
     _fsync_dir(path.parent)
     return path

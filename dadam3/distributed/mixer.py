@@ -60,7 +60,8 @@ import torch.distributed as dist
 
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, first_line
 from dadam3.distributed.placement import node_blocks
-from dadam3.mixing import Mixer, ieee_fp32_matmul
+from dadam3.mixing import Mixer
+from dadam3.ordered_mix import RoundTerms
 from dadam3.topology import Topology
 
 
@@ -100,7 +101,7 @@ class DistributedMixer(Mixer):
         self.wire_bytes = 0
         self._owner = np.repeat(np.arange(self.world_size), [len(b) for b in self.blocks])
         self._plans: dict[int, _RoundPlan] = {}
-        self._weights: dict[tuple, torch.Tensor] = {}
+        self._round_terms: dict[int, RoundTerms] = {}
         self._indices: dict[tuple, torch.Tensor] = {}
 
     # -- plan of one round ---------------------------------------------------------------
@@ -127,12 +128,6 @@ class DistributedMixer(Mixer):
         plan = _RoundPlan(columns, local, W[np.ix_(B, columns)].copy(), tuple(ops))
         self._plans[phase] = plan
         return plan
-
-    def _weights_on(self, phase: int, plan: _RoundPlan, device, dtype) -> torch.Tensor:
-        key = (phase, str(device), dtype)
-        if key not in self._weights:
-            self._weights[key] = torch.as_tensor(plan.weights, device=device, dtype=dtype)
-        return self._weights[key]
 
     # -- the exchange --------------------------------------------------------------------
     def _exchange(self, plan: _RoundPlan, xc: torch.Tensor, k: int, r: int) -> None:
@@ -171,7 +166,7 @@ class DistributedMixer(Mixer):
     def _failure(self, peer: int, kind: str, k: int, r: int, cause: BaseException | None) -> DistributedTimeout:
         b = self.blocks[peer]
         text = "wait returned false" if cause is None else first_line(cause)
-        where = (f"while {'receiving from' if kind == 'recv' else 'sending to'} it at iteration k={k}, "
+        where = (f"while {'receiving from' if kind == 'recv' else 'sending to'} it at mixing step {k} (the optimizer's count), "
                  f"gossip round {r + 1}/{self.topology.rounds}")
         backend = dist.get_backend(self.group)
         if "closed" in text.lower() or "reset" in text.lower():
@@ -213,35 +208,34 @@ class DistributedMixer(Mixer):
 
     def _mix_group(self, tensors, out, k, dtype, device) -> None:
         """Tensors of one dtype and device, side by side in the columns of one buffer
-        ``xc`` = X[C]: t rounds of exchange and ``(W X)[B] = W[B, C] X[C]``."""
+        ``xc`` = X[C]: t rounds of exchange and ``(W X)[B] = W[B, C] X[C]``, each node's sum
+        in the fixed order of :class:`dadam3.ordered_mix.RoundTerms` (the simulator's)."""
         L = self.local_nodes
         offsets = np.concatenate([[0], np.cumsum([t[0].numel() for t in tensors])]).tolist()
         plans = [(phase, self._plan(phase)) for phase in self._round_phases(k)]
         first = plans[0][1]
-        if len(plans) == 1 and not first.ops:                            # no peer (R = 1): as LocalMixer
-            Wb = self._weights_on(plans[0][0], first, device, dtype)
-            with ieee_fp32_matmul(device):
-                for t, o in zip(tensors, out):
-                    torch.matmul(Wb, t.reshape(L, -1), out=o.view(L, -1))
-            return
         if len(tensors) == 1 and len(first.columns) == L:              # nothing to receive: no copy
             xc = tensors[0].reshape(L, -1)
         else:
             xc = torch.empty(len(first.columns), offsets[-1], dtype=dtype, device=device)
             for t, a, b in zip(tensors, offsets[:-1], offsets[1:]):
                 xc[first.local, a:b].copy_(t.reshape(L, -1))
-        with ieee_fp32_matmul(device):
-            for r, (phase, plan) in enumerate(plans):
-                self._exchange(plan, xc, k, r)
-                Wb = self._weights_on(phase, plan, device, dtype)           # W[B, C]
-                if r + 1 < len(plans):                                      # into the next round's X[C]
-                    nxt = plans[r + 1][1]
-                    xn = torch.empty(len(nxt.columns), offsets[-1], dtype=dtype, device=device)
-                    torch.matmul(Wb, xc, out=xn[nxt.local])
-                    xc = xn
-                else:                                                       # straight into each output
-                    for o, a, b in zip(out, offsets[:-1], offsets[1:]):
-                        torch.matmul(Wb, xc[:, a:b], out=o.view(L, -1))
+        for r, (phase, plan) in enumerate(plans):
+            self._exchange(plan, xc, k, r)
+            terms = self._terms(phase, plan)                                # W[B, C]
+            if r + 1 < len(plans):                                          # into the next round's X[C]
+                nxt = plans[r + 1][1]
+                xn = torch.empty(len(nxt.columns), offsets[-1], dtype=dtype, device=device)
+                terms.apply(xc, xn[nxt.local])
+                xc = xn
+            else:                                                           # straight into each output
+                for o, a, b in zip(out, offsets[:-1], offsets[1:]):
+                    terms.apply(xc[:, a:b], o.view(L, -1))
+
+    def _terms(self, phase: int, plan: _RoundPlan) -> RoundTerms:
+        if phase not in self._round_terms:
+            self._round_terms[phase] = RoundTerms(plan.weights, plan.columns)
+        return self._round_terms[phase]
 
 
 def _rows(rows: np.ndarray):

@@ -171,7 +171,8 @@ def agree_on_config(fingerprint: Mapping[str, Any], info: ProcessGroupInfo) -> N
                                 f"rank {r} was started with this but rank 0 with {key}={ref.get(key, '<unset>')}: "
                                 f"every rank must run the same {what}")
             error.echo = info.rank == 0
-            raise error
+            shutdown()      # every rank got here together: leave the group before exiting, so no
+            raise error     # gloo thread is torn down mid-exit (`terminate called without an active exception`)
 
 
 def shutdown() -> None:

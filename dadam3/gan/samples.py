@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
+from dadam3.errors import writing
 from dadam3.gan.stacked import StackedNet
 
 Sampler = Callable[[int], Tensor]          # n -> n generated samples
@@ -54,11 +55,13 @@ def save_image_grids(G: StackedNet, iteration: int, z: Tensor, out_dir: Path, lo
     model; the averaged grid also goes to ``logger.log_images`` (which takes [-1, 1] images)."""
     from torchvision.utils import save_image
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     per_node, averaged = generate(G, z)
-    for i in range(G.num_nodes):
-        save_image(to_unit_range(per_node[i]), out_dir / f"iter_{iteration:06d}_node{i:02d}.png", nrow=8)
-    save_image(to_unit_range(averaged), out_dir / f"iter_{iteration:06d}_avg.png", nrow=8)
+    grids = [(per_node[i], out_dir / f"iter_{iteration:06d}_node{i:02d}.png") for i in range(G.num_nodes)]
+    for images, path in [*grids, (averaged, out_dir / f"iter_{iteration:06d}_avg.png")]:
+        with writing(path, whole_file=True):      # a failed write: one line, no partial PNG left
+            save_image(to_unit_range(images), path, nrow=8)
     if logger is not None:
         logger.log_images("samples/averaged", averaged, step=iteration)
 
@@ -74,7 +77,8 @@ def save_point_scatter(G: StackedNet, iteration: int, z: Tensor, centers: Tensor
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     per_node, averaged = generate(G, z)
     fig, axes = plt.subplots(1, 2, figsize=(8, 4), sharex=True, sharey=True)
     for ax, title, data in ((axes[0], "every node", per_node.reshape(-1, 2)), (axes[1], "averaged model", averaged)):
@@ -83,8 +87,12 @@ def save_point_scatter(G: StackedNet, iteration: int, z: Tensor, centers: Tensor
         ax.set_title(f"{title}, iteration {iteration}")
         ax.set_aspect("equal")
     fig.tight_layout()
-    fig.savefig(out_dir / f"iter_{iteration:06d}.png", dpi=100)
-    plt.close(fig)
+    path = out_dir / f"iter_{iteration:06d}.png"
+    try:
+        with writing(path, whole_file=True):
+            fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def sample_hook(dataset, nz: int, seed: int, device: torch.device, dtype: torch.dtype, out_dir: Path,

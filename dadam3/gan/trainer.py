@@ -23,7 +23,6 @@ sharding and writing: :mod:`dadam3.checkpoint`).
 """
 from __future__ import annotations
 
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +31,18 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dadam3.checkpoint import (CheckpointNotWritten, NodeList, checkpoint_path, rank_rows, restore_rng_state,
-                               resume_command, stamped, write_checkpoint)
+from dadam3.checkpoint import NodeList, checkpoint_path, rank_rows, restore_rng_state, stamped, write_checkpoint
 from dadam3.data.node_sampler import node_seed
-from dadam3.divergence import loss_beyond
+from dadam3.distributed.failures import DistributedTimeout
 from dadam3.distributed.placement import Placement
-from dadam3.errors import RunStopped
+from dadam3.divergence import loss_beyond
+from dadam3.errors import StoppedAtOnce, WriteFailed
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.records import LoggingWindow, bytes_record, consensus_record, gathered_net
 from dadam3.gan.stacked import StackedNet
+from dadam3.gan.stops import RunStops
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.log_rewind import LoggingGrid
 from dadam3.metrics.evaluation import Evaluation
@@ -50,7 +50,7 @@ from dadam3.mixing import Mixer
 from dadam3.optim import step_together
 from dadam3.run_logging import progress
 from dadam3.schema import LoopSettings
-from dadam3.signals import Interrupted, StopSignals
+from dadam3.signals import StopSignals, overdue
 
 NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
 
@@ -86,7 +86,7 @@ class TrainState:
     window: LoggingWindow = field(default_factory=LoggingWindow)
 
 
-class WGANTrainer:
+class WGANTrainer(RunStops):
     """Trains node-stacked G, D with two node optimizers (one per player) sharing one mixer.
 
     ``logger`` is a :mod:`dadam3.run_logging` logger; ``sample(G, iteration)`` and
@@ -137,6 +137,7 @@ class WGANTrainer:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
         k = self.state.iteration + 1
         for _ in range(self.s.n_critic):
+            overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
             with self._autocast():
                 out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
             self.finite.note(out, k)
@@ -186,6 +187,14 @@ class WGANTrainer:
         try:
             with StopSignals() as stop:
                 self._loop(bar, stop)
+        except StoppedAtOnce as e:               # a second signal: the record it can still have
+            e.echo = self.placement.is_main
+            self._terminal_record("interrupted", f"{e}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        except DistributedTimeout as e:          # a peer died or hung: the survivors end the log
+            e.args = (f"{e}; during training iteration {self.state.iteration + 1}",)
+            self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
+            raise
         finally:
             bar.close()
 
@@ -205,17 +214,30 @@ class WGANTrainer:
             do_save = bool(s.checkpoint_every and k % s.checkpoint_every == 0) or last or bool(signum)
             if do_log or do_sample or do_save:
                 self._check_finite()                    # before anything is written
-            if do_log:
-                self._log(k, do_eval, bar)
-            if do_sample:
-                G = self._gathered_G()
-                if self.placement.is_main:
-                    self.sample(G, k)
+            if do_log or do_sample:
+                self.stop_if_write_failed(self._write_outputs(k, do_log, do_eval, do_sample, bar))
             if do_save:
                 self.save_checkpoint()
             bar.update(1)
             if signum and not last:
                 self._interrupted(signum)
+
+    def _write_outputs(self, k: int, do_log: bool, do_eval: bool, do_sample: bool, bar) -> WriteFailed | None:
+        """Iteration k's record and sample grids. Every collective runs whatever fails here; a
+        write that failed is returned (and the writes after it skipped)."""
+        failed = None
+        try:
+            if do_log:
+                self._log(k, do_eval, bar)
+        except WriteFailed as e:
+            failed = e
+        G = self._gathered_G() if do_sample else None
+        try:
+            if do_sample and self.placement.is_main and failed is None:
+                self.sample(G, k)
+        except WriteFailed as e:
+            failed = e
+        return failed
 
     @property
     def grid(self) -> LoggingGrid:
@@ -257,18 +279,6 @@ class WGANTrainer:
         self.logger.log({"iteration": bad.iteration, "status": "diverged", "node": bad.node, "message": bad.message,
                          "time": self.wall_time()}, step=bad.iteration)
         raise self._agreed(TrainingDiverged(bad.message + kept))
-
-    def _interrupted(self, signum: int) -> None:
-        name, k = signal.Signals(signum).name, self.state.iteration
-        self.logger.log({"iteration": k, "status": "interrupted", "signal": name, "time": self.wall_time()}, step=k)
-        self.logger.finish()
-        raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; continue with "
-                                       f"`{resume_command(self.run_dir)}`", signum))
-
-    def _agreed(self, stop: RunStopped) -> RunStopped:
-        """A stop every rank agreed on is printed by rank 0 only."""
-        stop.echo = self.placement.is_main
-        return stop
 
     def log_resumed(self, changed: dict[str, list]) -> None:
         """The ``resumed`` record: where the run continues and which settings changed."""
@@ -314,18 +324,6 @@ class WGANTrainer:
         if failure is not None:
             self._checkpoint_failed(path, failure)
         return path
-
-    def _checkpoint_failed(self, path: Path, reason: str) -> None:
-        k = self.state.iteration
-        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
-        try:
-            self.logger.log({"iteration": k, "status": "interrupted", "reason": reason, "time": self.wall_time()},
-                            step=k)
-            self.logger.finish()
-        except OSError:
-            pass                            # the log's disk may be full too
-        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
-                                                f"continue with `{resume_command(self.run_dir)}`"))
 
     def load_checkpoint(self, ckpt: dict[str, Any]) -> None:
         """Continue from a checkpoint of all M nodes, whatever the placement that wrote it."""

@@ -13,8 +13,11 @@ scores samples and never imports the GAN code.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import os
+from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable, ContextManager, Protocol
 
 from torch import Tensor, nn
@@ -23,6 +26,7 @@ from dadam3.data import mode_metrics
 from dadam3.metrics.spec import FEATURE_EXTRACTORS, FidelitySpec
 
 Sampler = Callable[[int], Tensor]          # n -> n generated samples
+log = logging.getLogger(__name__)
 
 
 class Draws(Protocol):
@@ -88,6 +92,20 @@ def image_scores(G: nn.Module, iteration: int, draws: Draws, samples: int, spec:
     return rec
 
 
+FEATURE_BYTES = 2048 * 4           # one reference image's cached features (Inception pool3, float32)
+STATS_BYTES = 64 << 20             # the cached mean and covariance, and slack
+
+
+def cache_too_small(cache_dir: str, reference_images: int) -> str | None:
+    """Why the feature cache would not fit on ``cache_dir``'s file system (None: it fits)."""
+    place = next(a for a in (Path(cache_dir), *Path(cache_dir).absolute().parents) if a.exists())
+    st = os.statvfs(place)
+    free, need = st.f_bavail * st.f_frsize, reference_images * FEATURE_BYTES + STATS_BYTES
+    if free < need:
+        return f"{free / 2**20:.0f} MiB free, the cache needs about {need / 2**20:.0f} MiB"
+    return None
+
+
 def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
     """The trainer's evaluation for ``dataset`` under ``metrics``
     (:class:`dadam3.schema.runs.Metrics`); the feature extractor's weights are resolved
@@ -105,6 +123,12 @@ def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
     spec = FidelitySpec(batch_size=metrics.batch_size, feature_extractor=extractor, weights=weights,
                         download=metrics.download_weights, isc=metrics.inception, fid=metrics.fid, kid=metrics.kid,
                         cache_root=metrics.cache_dir)
+    if metrics.fid or metrics.kid:
+        short = cache_too_small(spec.cache_dir, len(dataset) if hasattr(dataset, "__len__") else 0)
+        if short is not None:       # found now, not at the first evaluation deep into the run
+            log.warning("metrics.cache_dir=%s: %s; FID/KID compute the reference features without caching "
+                        "(again at every evaluation)", metrics.cache_dir or spec.cache_dir, short)
+            spec = replace(spec, extra={**spec.extra, "cache": False})
     reference, cache_name = None, None
     if metrics.fid or metrics.kid:
         from dadam3.data import TensorImages

@@ -9,6 +9,7 @@ common ones are the builder's own options (``options``), handed to :func:`build_
 """
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -141,7 +142,7 @@ class Topology(Option):
 
 def divisor(key: str, value: Any) -> Any:
     """A number or null (:func:`dadam3.topology.torus` checks it is an integer divisor of nodes)."""
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+    if value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return value
     raise ConfigError(key, value, "must be an integer divisor of nodes, or null (the most square factorisation)")
 

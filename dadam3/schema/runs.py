@@ -116,12 +116,15 @@ class Metrics(Node):
         return self.inception or self.fid or self.kid
 
 
+N_CRITIC_MAX = 1000         # critic steps per iteration (WGAN-GP recipes use 5)
+
+
 @dataclass
 class LoopSettings(Node):
     """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`)."""
     iterations: int = knob(30000, Int(1), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
-    n_critic: int = knob(1, Int(1), resume=True)              # 1: the paper's simultaneous game
+    n_critic: int = knob(1, Int(1, N_CRITIC_MAX), resume=True)   # 1: the paper's simultaneous game
     gp_lambda: float = knob(10.0, Num(0.0), resume=True)      # WGAN-GP penalty weight
     log_every: int = knob(50, Int(1), resume=True)
     sample_every: int = knob(1000, Int(1), resume=True)

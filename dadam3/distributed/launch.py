@@ -1,0 +1,49 @@
+"""``python -m dadam3.distributed.launch``: torchrun, with a clean stop that looks like one.
+
+Takes torchrun's arguments unchanged and runs the same elastic agent, for example::
+
+    python -m dadam3.distributed.launch --standalone --nproc-per-node=2 -m dadam3.train backend=distributed ...
+
+torchrun reports every non-zero rank exit, and a signal to itself, as a failure: exit status
+1 and a multi-line dump. Here the ranks' own outcome is the result: when they stopped on
+their own terms (a stop signal: 130/143 after a checkpoint; a refusal: 2; divergence: 3; a
+failed write or a lost peer: 1), each has said so in one line and this launcher exits with
+the first failing rank's status, printing nothing more. A rank killed by a signal (SIGKILL,
+a crash) is one line here. A SIGINT/SIGTERM to the launcher is forwarded to the ranks by the
+agent (they checkpoint and stop; it waits up to ``--shutdown-timeout`` seconds, default 30)
+and the launcher exits with 128 + signal.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    for name in list(logging.root.manager.loggerDict):  # the agent's per-event warnings: not for users
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+    try:
+        run(parse_args(sys.argv[1:] if argv is None else argv))       # torchrun's own main, without @record
+    except ChildFailedError as e:
+        said = sorted((r, f.exitcode) for r, f in e.failures.items() if f.exitcode > 0)
+        if said:                                        # a rank said why, in its own line
+            return said[0][1]
+        rank, failure = e.get_first_failure()
+        name = signal.Signals(-failure.exitcode).name if -failure.exitcode in signal.valid_signals() else "a signal"
+        print(f"error: rank {rank} (pid {failure.pid}) was killed by {name}; the other ranks were stopped (the run's "
+              "log ends with the last record rank 0 wrote)", file=sys.stderr)
+        return 128 - failure.exitcode
+    except SignalException as e:
+        return 128 + int(e.sigval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Signals at awkward moments and values that never end or never fit (issue 26 items 12, 14):
+real processes, real signals. Ctrl-C while the entry point is still importing; two signals a
+few milliseconds apart (a terminal's Ctrl-C under torchrun or ``timeout``); a second signal
+later, which stops at once; a long iteration (many critic steps) that must stay
+interruptible; and values whose memory cannot fit, refused in one line before anything."""
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dadam3.checkpoint import checkpoint_path
+from dadam3.run_logging import read_jsonl
+
+from trainer_runs import ROOT, TOY, cli
+
+LONG = [*TOY, "metrics.every=0", "loop.sample_every=100000", "loop.checkpoint_every=100000", "loop.log_every=1",
+        "loop.iterations=100000"]
+
+
+def start(*args):
+    return subprocess.Popen([sys.executable, "-m", "dadam3.train", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def wait_for_records(run: Path, n: int, proc, limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if (run / "metrics.jsonl").is_file() and len(read_jsonl(run / "metrics.jsonl")) >= n:
+            return
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the run did not start logging")
+
+
+SLOW_ITERATION = ["loop.n_critic=1000", "loop.batch_size=1024", "model.hidden=128"]   # one iteration: >20 s here
+
+
+def wait_for_training(run: Path, proc, limit_s: float = 120) -> None:
+    """Until the first iteration is under way (config_resolved.yaml is written just before)."""
+    deadline = time.monotonic() + limit_s
+    while not (run / "config_resolved.yaml").is_file():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    time.sleep(1.0)
+    assert not read_jsonl(run / "metrics.jsonl"), "the iteration was too short for this test"
+
+
+def finished(proc, limit_s: float = 120) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the run did not stop")
+    return proc.returncode, err
+
+
+def one_line(stderr: str, start: str) -> str:
+    lines = [x for x in stderr.strip().splitlines() if x.startswith(("error", "stopped")) or "Traceback" in x
+             or "KeyboardInterrupt" in x]
+    assert len(lines) == 1 and lines[0].startswith(start), stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    return lines[0]
+
+
+def test_ctrl_c_while_importing_is_one_line_and_the_interrupted_status(tmp_path):
+    proc = start(*TOY, f"hydra.run.dir={tmp_path / 'run'}")
+    time.sleep(0.4)                                     # torch and Hydra are still loading
+    proc.send_signal(signal.SIGINT)
+    code, err = finished(proc)
+    assert code == 130, err[-2000:]
+    one_line(err, "stopped: SIGINT")
+
+
+def test_two_signals_milliseconds_apart_are_one_clean_checkpointed_stop(tmp_path):
+    run = tmp_path / "run"
+    proc = start(*LONG, f"hydra.run.dir={run}")
+    wait_for_records(run, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)                    # what torchrun forwards after a terminal's Ctrl-C
+    code, err = finished(proc)
+    assert code == 130, err[-2000:]
+    one_line(err, "stopped: SIGINT after iteration")
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and checkpoint_path(run).is_file()
+
+
+@pytest.mark.slow
+def test_a_long_iteration_is_interrupted_within_one_critic_step_after_the_grace(tmp_path):
+    """n_critic=1000 critic steps on a large batch: one iteration takes far longer than the
+    grace a signal gives it; the run stops unfinished, in one line, with its terminal record."""
+    run = tmp_path / "run"
+    proc = start(*LONG, *SLOW_ITERATION, f"hydra.run.dir={run}")
+    wait_for_training(run, proc)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code, err = finished(proc)
+    assert code == 143, err[-2000:]
+    line = one_line(err, "stopped: SIGTERM 10 s ago and iteration")
+    assert "n_critic=1000" in line and time.monotonic() - sent < 60
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and "still running" in last["reason"]
+
+
+@pytest.mark.slow
+def test_a_second_signal_later_stops_at_once_with_a_record(tmp_path):
+    run = tmp_path / "run"
+    proc = start(*LONG, *SLOW_ITERATION, f"hydra.run.dir={run}")
+    wait_for_training(run, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(2.0)                                     # the iteration is still running
+    proc.send_signal(signal.SIGINT)
+    code, err = finished(proc)
+    assert code == 130, err[-2000:]
+    one_line(err, "stopped: second SIGINT: stopped at once")
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and "second SIGINT" in last["reason"]
+
+
+@pytest.mark.parametrize("args, start", [
+    (["nodes=100000"], "error: nodes=100000: the run needs at least 74.5 GiB (the 100000x100000 mixing matrix)"),
+    (["loop.batch_size=100000000"], "error: loop.batch_size=100000000: the run needs at least"),
+    (["model.hidden=100000000"], "error: model.hidden=100000000: the run needs at least"),
+    (["loop.n_critic=1000000000"], "error: loop.n_critic=1000000000: must be an integer in [1, 1000]"),
+    (["topology=torus", "nodes=4", "topology.rows=abc"], "error: topology.rows=abc: must be an integer divisor of nodes, or null (the most square factorisation)"),
+])
+def test_values_that_cannot_fit_or_never_end_are_one_line_before_anything(tmp_path, args, start):
+    run = tmp_path / "run"
+    r = cli(*TOY, *args, f"hydra.run.dir={run}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, start)
+    assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+def test_the_memory_estimate_counts_the_nets_on_the_meta_device():
+    """The meta-device count equals the real nets' parameters; activations scale with the batch."""
+    from dadam3.gan.memory import net_costs
+    from dadam3.gan.nets import build_nets
+    G, D = build_nets("mlp", hidden=4, nz=3)
+    params, acts = net_costs("mlp", 10, {"hidden": 4, "nz": 3}, {})
+    assert params == sum(p.numel() for net in (G, D) for p in net.parameters())
+    assert net_costs("mlp", 20, {"hidden": 4, "nz": 3}, {}) == (params, 2 * acts) and acts >= 10 * (4 + 4 + 2 + 1)
