@@ -24,7 +24,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
     """``out[i, p] = sum_t weight[i, t] * x[index[i, t], p]``, each product and partial sum
     rounded once in ``t`` order (no fastmath: no reordering, no fused multiply-add): the
-    values of :meth:`RoundTerms.apply`'s torch ops, in one pass over the buffer."""
+    values of :meth:`RoundTerms.apply`'s torch ops, in one compiled loop (about the time of
+    the BLAS matmul by W on the CPU, where the torch ops take several passes per term)."""
     rows, terms = index.shape
     for i in range(rows):
         w0, j0 = weight[i, 0], index[i, 0]

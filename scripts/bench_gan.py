@@ -303,8 +303,9 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
 
 def census_line(M: int, parts) -> str:
     """Dispatch-mode counts of one gradient evaluation (convolution calls, the per-group loop
-    of torch's double backward) and of one mix of both players (bytes against the floor; a stencil
-    mixer is counted eagerly: compiled kernels do not run under a dispatch mode)."""
+    of torch's double backward) and of one mix of both players (bytes against the floor; the
+    ordered and stencil mixers are counted as their torch ops: compiled kernels — numba's one
+    pass on the CPU, torch.compile's on CUDA — do not run under a dispatch mode)."""
     with ConvCensus() as conv:
         parts["grads"]()
     with ByteCensus() as mix:
@@ -312,7 +313,7 @@ def census_line(M: int, parts) -> str:
     floor = sum(2 * f.param_buf.numel() * f.param_buf.element_size() for f in parts["flats"])
     return (f"M={M} census: {conv.calls} convolution calls per wgan_gp_step ({conv.dilated_ungrouped} dilated "
             f"groups=1: torch's per-group loop), by groups {dict(sorted(conv.by_groups.items()))}; one mix of "
-            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count)")
+            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count of the torch ops)")
 
 
 def make_inputs(M: int, batch: int, device, dtype):
@@ -330,7 +331,7 @@ def make_nets(M: int, width: float, device, dtype):
     return G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
 
 
-VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="matmul")
+VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="ordered")
 
 
 def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
@@ -347,7 +348,7 @@ def make_batched(M: int, width: float, batch: int, device, dtype, topology: str,
     G.use_first_order_backward(not stock_conv_backward)
     D.use_first_order_backward(not stock_conv_backward)
     mixer = mixer_for("dadam3", M, topology=topology)
-    if hasattr(mixer, "kernel"):          # LocalMixer (M > 1): matmul | stencil | auto
+    if hasattr(mixer, "kernel"):          # LocalMixer (M > 1): ordered | matmul | stencil | auto
         mixer.kernel = gossip_kernel
     opt_g = build_optimizer("dadam3", G.parameters(), mixer, compile=compile, **HPARAMS)
     opt_d = build_optimizer("dadam3", D.parameters(), mixer, compile=compile, **HPARAMS)
@@ -431,9 +432,10 @@ def main() -> None:
     p.add_argument("--stock-conv-backward", action="store_true",
                    help="the critic's convolutions with torch's own double backward (its per-group loop; "
                         "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
-    p.add_argument("--gossip-kernel", choices=["matmul", "stencil", "auto"], default="matmul",
-                   help="LocalMixer kernel: the [M,M]x[M,P] matmul (default), the neighbour stencil "
-                        "(torch.compile-fused on CUDA), or auto (stencil on CUDA for sparse graphs)")
+    p.add_argument("--gossip-kernel", choices=["ordered", "matmul", "stencil", "auto"], default="ordered",
+                   help="LocalMixer kernel: the sum in node order every rank uses (default; one numba pass on "
+                        "the CPU), the [M,M]x[M,P] matmul, the neighbour stencil (torch.compile-fused on CUDA), "
+                        "or auto (stencil on CUDA for sparse graphs)")
     a = p.parse_args()
     t_start = time.perf_counter()
 

@@ -128,14 +128,15 @@ class _OpNames(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_stencil_runs_no_matmul_so_float32_cannot_be_tf32():
+def test_ordered_and_stencil_run_no_matmul_so_float32_cannot_be_tf32():
     xs = [x.float() for x in _random_rows(15)]
     with _OpNames() as ops:
-        local_mixer("ring", 15).mix(xs)
+        LocalMixer(build_topology("ring", 15), kernel="matmul").mix(xs)
     assert ops.names & {"mm", "addmm", "bmm", "matmul"}                   # the reference does ...
-    with _OpNames() as ops:
-        LocalMixer(build_topology("ring", 15), kernel="stencil").mix(xs)
-    assert not ops.names & {"mm", "addmm", "bmm", "matmul", "baddbmm"}    # ... the stencil does not
+    for kernel in ("stencil", "ordered"):
+        with _OpNames() as ops:
+            LocalMixer(build_topology("ring", 15), kernel=kernel).mix(xs)
+        assert not ops.names & {"mm", "addmm", "bmm", "matmul", "baddbmm"}    # ... these do not
 
 
 def test_auto_kernel_chooses_by_device_and_graph_density():
@@ -147,12 +148,12 @@ def test_auto_kernel_chooses_by_device_and_graph_density():
     assert not use_stencil(shifts["complete"], 15) and not use_stencil(5, 5)
     assert use_stencil(3, 5)                                  # a ring is sparse at any M
     x = torch.randn(15, 4)
-    for name in ("ring", "complete"):                          # on the CPU auto is always the matmul
+    for name in ("ring", "complete"):                          # on the CPU auto is always the ordered sum
         mixer = LocalMixer(build_topology(name, 15), kernel="auto")
         assert not mixer._uses_stencil(1, x)
         with _OpNames() as ops:
             mixer.mix([x])
-        assert "mm" in ops.names
+        assert "mm" not in ops.names and "index_select" in ops.names
     with pytest.raises(ValueError, match="kernel='gemv'"):
         LocalMixer(build_topology("ring", 5), kernel="gemv")
 
@@ -163,7 +164,7 @@ def test_matmul_mix_moves_the_bytes_floor(name):
     from dadam3.gan.op_census import ByteCensus
     M, P = 15, 4096
     x, out = torch.randn(M, P), torch.empty(M, P)
-    mixer = local_mixer(name, M)
+    mixer = LocalMixer(build_topology(name, M), kernel="matmul")
     mixer.mix([x], out=[out])                      # W cached on first use
     with ByteCensus() as census:
         mixer.mix([x], out=[out])
@@ -185,3 +186,24 @@ def test_compiled_stencil_is_one_fused_kernel_and_equal_in_float64():
     compiled_stencil_mix()(x, torch.as_tensor(coeffs).unsqueeze(-1), shifts, out)
     assert metrics.generated_kernel_count == 1
     torch.testing.assert_close(out, LocalMixer(topo).mix([x])[0], rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["ring", "complete", "torus", "one_peer_exponential"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ordered_mix_compiled_pass_equals_its_torch_ops_bit_for_bit(name, dtype):
+    """The CPU's one-pass numba loop and the torch ops (what a dispatch mode, autograd or CUDA
+    see) evaluate the same products and sums in the same order: equal to the bit, also in
+    float32, and equal to the matmul reference to rounding."""
+    M = 8
+    topo = build_topology(name, M)
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(M, 4099, generator=g, dtype=torch.float64) * torch.logspace(-4, 4, 4099, dtype=torch.float64))
+    x = x.to(dtype)
+    mixer = LocalMixer(topo)
+    fast = mixer.mix([x], k=2)[0]
+    with _OpNames():
+        ops = mixer.mix([x], k=2)[0]
+    assert torch.equal(fast, ops)
+    ref = LocalMixer(topo, kernel="matmul").mix([x.double()], k=2)[0]
+    tol = 1e-5 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(fast.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
