@@ -20,6 +20,34 @@ UNKNOWN = "unknown"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
 
+class _JobLogFile(logging.FileHandler):
+    """``train.log``: a write that fails (full disk, file-size limit) turns the file off with one
+    line on stderr instead of logging's traceback per record; the run goes on (its records
+    and checkpoints say whether they could be written)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        import sys
+        reason = sys.exc_info()[1]
+        if not getattr(self, "_failed", False):
+            self._failed = True
+            sys.stderr.write(f"warning: {self.baseFilename}: not written ({reason}); the job log stops here\n")
+        self.setLevel(logging.CRITICAL + 1)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError:
+            self.handleError(None)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            self.handleError(None)
+            if self.stream is not None:
+                self.stream = None
+
+
 class JobLog:
     """The job log (``train.log``) in the run directory, written only once the run holds it: log
     records of the checks are kept in memory and written when :meth:`attach` is called (a
@@ -35,7 +63,7 @@ class JobLog:
         return self
 
     def attach(self, path: Path) -> None:
-        self.file = logging.FileHandler(path)
+        self.file = _JobLogFile(path)
         self.file.setFormatter(logging.Formatter(LOG_FORMAT))
         root = logging.getLogger()
         root.removeHandler(self.buffer)

@@ -19,7 +19,11 @@ ends with the trainer's summary line (:class:`dadam3.sweep.SweepStatus`).
 """
 from __future__ import annotations
 
-import csv
+if __name__ == "__main__":          # first: a stop signal while torch, numba and Hydra load is one line
+    from dadam3.signals import during_start_up
+    during_start_up()
+
+import csv  # noqa: E402
 import json
 import logging
 import os

@@ -177,3 +177,27 @@ def test_the_run_files_written_before_training_are_one_line_and_a_record(tmp_pat
     assert "File too large (EFBIG)" in line and "start the run again" in line
     (record,) = whole_lines(run / "metrics.jsonl")
     assert record["status"] == "interrupted" and "File too large" in record["reason"]
+
+
+def test_job_log_past_the_file_size_limit_is_one_line(tmp_path):
+    """train.log on a full disk / past RLIMIT_FSIZE: one warning line, no logging tracebacks."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import logging, resource, signal, sys
+        from pathlib import Path
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        from dadam3.job_log import JobLog
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+        logging.getLogger().setLevel(logging.INFO)
+        with JobLog() as job_log:
+            job_log.attach(Path(sys.argv[1]) / "train.log")
+            for i in range(50):
+                logging.getLogger("x").info("record number %d with some text", i)
+        print("went on")
+    """)
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "went on", r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "train.log: not written" in lines[0] and "File too large" in lines[0], r.stderr
