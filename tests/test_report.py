@@ -177,3 +177,21 @@ def test_a_variant_sweep_gets_its_own_section_with_its_clipping(tree):
     assert "| DOSG | 0.0008 | 1 of 1 |" in section
     assert "- gradient clipping (loop.clip_grad_norm): off\n" in text      # the unclipped runs
     assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()
+
+
+def test_a_centralized_variant_that_tracks_its_decentralized_run_is_named_as_one_observation(tree):
+    """Fig. 3 pairs (Dadam3/Cadam3, DOSG/COSG): the largest difference of the logged losses per
+    seed, relative to the series' largest loss; near zero it says the two are not independent."""
+    from dadam3.report.sections_fmnist import pair_differences
+    runs = [load_run(tree, tree / f"fmnist/fig3/{m}/seed{s}", m, s) for m in ("dosg", "cosg") for s in range(3)]
+    text = "\n".join(pair_differences(runs))
+    assert "DOSG and COSG at the same seed: logged losses differ by at most 0.0e+00" in text
+    assert "one observation, not two independent ones" in text
+    for seed in range(3):     # make COSG differ by 10 % of the loss scale at one record
+        path = tree / f"fmnist/fig3/cosg/seed{seed}/metrics.jsonl"
+        recs = [json.loads(x) for x in path.read_text().splitlines()]
+        recs[1]["loss_d"] *= 1.1
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    runs = [load_run(tree, tree / f"fmnist/fig3/{m}/seed{s}", m, s) for m in ("dosg", "cosg") for s in range(3)]
+    text = "\n".join(pair_differences(runs))
+    assert "differ by at most 9." in text and "independent" not in text

@@ -4,12 +4,13 @@ runs, bf16 autocast and the scale of the scores."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from dadam3.report import claims, figures
 from dadam3.report.common import score_table, what_was_run
 from dadam3.report.output import Output
-from dadam3.report.runs import Run, load_run, method_runs, sample_grid
+from dadam3.report.runs import LABEL, Run, load_run, method_runs, sample_grid
 from dadam3.report.stats import Cell, best_cells, cells_of, claim_verdicts, fmt, lr_text
 
 SEPARATED = ("(final FID, node mean; separated = both n ≥ 2 and the means differ by more than the sum of their "
@@ -38,6 +39,37 @@ def _grids(root: Path, cells: list[Cell]) -> str:
     return "Last sample grid of the node-averaged model (lowest seed with one): " + ", ".join(links) + "."
 
 
+PAIRS = (("dadam3", "cadam3"), ("dosg", "cosg"))    # a decentralized method and its centralized variant
+NEAR_IDENTICAL = 1e-3
+
+
+def pair_differences(runs: list[Run]) -> list[str]:
+    """For each decentralized/centralized pair, per common seed, the largest difference of their
+    logged losses over the iterations both logged, relative to the largest loss of the series:
+    near 0, the two runs are not independent evidence (one comparison, not two)."""
+    lines = []
+    for a, b in PAIRS:
+        by_seed = {m: {r.seed: r for r in runs if r.method == m} for m in (a, b)}
+        diffs = []
+        for seed in sorted(set(by_seed[a]) & set(by_seed[b]), key=str):
+            worst = 0.0
+            for key in ("loss_d", "loss_g"):
+                sa, sb = by_seed[a][seed].series(key), by_seed[b][seed].series(key)
+                common = [k for k in set(sa) & set(sb) if math.isfinite(sa[k]) and math.isfinite(sb[k])]
+                scale = max((abs(sa[k]) for k in common), default=0.0)
+                if scale > 0:
+                    worst = max(worst, max(abs(sa[k] - sb[k]) for k in common) / scale)
+            diffs.append(worst)
+        if diffs:
+            la, lb = LABEL.get(a, a), LABEL.get(b, b)
+            same = max(diffs) < NEAR_IDENTICAL
+            lines.append(f"{la} and {lb} at the same seed: logged losses differ by at most {max(diffs):.1e} "
+                         f"(relative to the largest logged loss, over {len(diffs)} seed(s))" + (
+                             f": the two runs are nearly identical, so {la} ≈ {lb} here is one observation, "
+                             "not two independent ones" if same else ""))
+    return ["- " + x for x in lines] + ([""] if lines else [])
+
+
 def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim_list) -> list[str]:
     """A miniature (or paper-scale) figure: its methods at the preset's one step size."""
     lines = [f"## {title}", "", claim, ""]
@@ -47,6 +79,7 @@ def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim
     cells = cells_of(runs)
     lines += what_was_run(runs) + score_table(cells)
     lines += [_curves(runs, out, f"fmnist_{name}", title), "", _grids(root, cells), ""]
+    lines += pair_differences(runs)
     verdicts = claim_verdicts(claim_list, {c.method: c for c in cells})
     if verdicts:
         lines += [f"**Verdict** {SEPARATED}: " + "; ".join(verdicts) + ".", ""]
