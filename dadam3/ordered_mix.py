@@ -20,7 +20,6 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 
-@numba.njit(cache=True, nogil=True)
 def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
     """``out[i, p] = sum_t weight[i, t] * x[index[i, t], p]``, each product and partial sum
     rounded once in ``t`` order (no fastmath: no reordering, no fused multiply-add): the
@@ -35,6 +34,12 @@ def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
             w, j = weight[i, t], index[i, t]
             for p in range(x.shape[1]):
                 out[i, p] = out[i, p] + x[j, p] * w
+
+
+try:
+    _ordered_rows = numba.njit(cache=True, nogil=True)(_ordered_rows)
+except RuntimeError:        # numba finds no writable cache directory: compile in each process
+    _ordered_rows = numba.njit(nogil=True)(_ordered_rows)
 
 
 class RoundTerms:

@@ -329,7 +329,7 @@ def _check_failure(out: Path, codes, exit_time, timeout_s: float, rank1_code: in
     errors = [line for line in (out / "stderr0.txt").read_text().splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, (out / "stderr0.txt").read_text()
     msg = errors[0]
-    assert "rank 0" in msg and "rank 1" in msg and f"timeout_s={timeout_s:g}" in msg and "k=6" in msg
+    assert "rank 0" in msg and "rank 1" in msg and f"timeout_s={timeout_s:g}" in msg and "mixing step 6" in msg
     elapsed = exit_time[0] - float((out / "t_before.txt").read_text())
     assert elapsed < timeout_s + 2.0, f"rank 0 exited {elapsed:.1f} s after the failing mix began"
     print(f"rank 0 exited {elapsed:.2f} s after the failing mix began: {msg}")

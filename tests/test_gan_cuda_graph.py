@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dadam3.errors import ConfigError
 from dadam3.gan.cuda_graph import GraphedGradients, capture_obstacle
 from dadam3.gan.stacked import build_stacked_nets
+from dadam3.gan.trainer import WGANTrainer
 from dadam3.gan.wgan_gp import wgan_gp_step
 from trainer_runs import TOY, train
 
@@ -83,11 +85,24 @@ def test_cuda_graph_replay_equals_eager():
             torch.testing.assert_close(got[k], want[k], rtol=1e-12, atol=1e-12, msg=k)
 
 
-def test_trainer_with_graphs_on_cpu_falls_back_once_and_equals_the_eager_run(tmp_path, caplog):
+def _graphs_on(monkeypatch):
+    """The trainer's graph path switched on whatever the device: the config refuses cuda.* keys
+    on the CPU (they mean nothing there), the library falls back with its one line."""
+    def graphed(self):
+        if getattr(self, "_graph", None) is None:
+            self._graph = GraphedGradients(self.G, self.D, self._draw, self.s.gp_lambda, self.s.autocast == "bf16")
+        return self._graph
+    monkeypatch.setattr(WGANTrainer, "_graphed", graphed)
+
+
+def test_trainer_with_graphs_on_cpu_falls_back_once_and_equals_the_eager_run(tmp_path, caplog, monkeypatch):
     overrides = TOY + ["loop.iterations=6", "nodes=3", "dtype=float64"]
+    with pytest.raises(ConfigError, match=r"cuda.graphs=true: only used on a CUDA device \(device=cpu\)"):
+        train(overrides + ["cuda.graphs=true"], tmp_path / "refused")
     reference = train(overrides, tmp_path / "eager")
+    _graphs_on(monkeypatch)
     with caplog.at_level(logging.WARNING):
-        t = train(overrides + ["cuda.graphs=true"], tmp_path / "graphs")
+        t = train(overrides, tmp_path / "graphs")
     said = [r.getMessage() for r in caplog.records if "cuda.graphs" in r.getMessage()]
     assert said == ["cuda.graphs=true: running eagerly: the run is on cpu, not a CUDA device"]
     for net, ref in ((t.G, reference.G), (t.D, reference.D)):
@@ -112,7 +127,9 @@ class HostReads(TorchDispatchMode):
 @pytest.mark.parametrize("graphs", ["false", "true"])
 def test_training_reads_nothing_on_the_host_between_logging_points(tmp_path, monkeypatch, graphs):
     quiet = ["loop.log_every=60", "metrics.every=0", "loop.sample_every=1000", "loop.checkpoint_every=1000",
-             "nodes=3", f"cuda.graphs={graphs}"]
+             "nodes=3"]
+    if graphs == "true":
+        _graphs_on(monkeypatch)
     reads = {}
     for iterations in (30, 60):
         counter = HostReads()

@@ -286,7 +286,7 @@ def _on_numpy(cls: type, passes: dict[Round, Callable[..., None]]) -> Callable[.
     """The numba ``passes`` (one per round) called on 1-D numpy views of the (CPU, contiguous)
     buffers, with the scalars as :meth:`NodeOptimizer.split_scalars`' named tuples."""
     def update(rnd, g, s, p, work, own, state):
-        a, t = cls.split_scalars(s.tolist())
+        a, t = cls.split_scalars([float(v) for v in s.numpy()])     # a CPU tensor's memory: no torch op
         flat = [b.numpy().reshape(-1) for b in (g, p, work)]
         passes[rnd](flat[0], t, a, flat[1], tuple(b.numpy().reshape(-1) for b in own),
                     tuple(b.numpy().reshape(-1) for b in state), flat[2])
