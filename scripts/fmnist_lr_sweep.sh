@@ -2,8 +2,8 @@
 # Every method at its own step sizes on Fashion-MNIST (the miniature presets), SEEDS (default
 # "0 1 2") each, so that results/REPORT.md can compare each method at its best step size beside
 # the paper's one shared step size:
-#   OAdagrad, one node (experiment=fmnist_fig2):     1e-3 3e-3 1e-2 3e-2
-#   Adam3, one node (experiment=fmnist_fig2):        8e-4
+#   OAdagrad, one node (experiment=fmnist_fig2):     1e-3 3e-3 1e-2 3e-2 1e-1
+#   Adam3, one node (experiment=fmnist_fig2):        8e-4 3.2e-3
 #   DOSG and COSG, M = 5 (experiment=fmnist_fig3):   5e-5 2e-4 8e-4 1.1e-3 1.3e-3 1.6e-3 3.2e-3
 #   Dadam3 and Cadam3, M = 5 (experiment=fmnist_fig3): 8e-4
 # into results/fmnist/lr_sweep/lr<lr>/<method>/seed<s>/, except the presets' own step size 2e-4,
@@ -35,8 +35,8 @@ cell() {
   fi
 }
 
-for lr in 1e-3 3e-3 1e-2 3e-2; do cell "$lr" fmnist_fig2 oadagrad "$seeds" "$@"; done
-cell 8e-4 fmnist_fig2 adam3 "$seeds" "$@"
+for lr in 1e-3 3e-3 1e-2 3e-2 1e-1; do cell "$lr" fmnist_fig2 oadagrad "$seeds" "$@"; done
+for lr in 8e-4 3.2e-3; do cell "$lr" fmnist_fig2 adam3 "$seeds" "$@"; done
 for lr in 5e-5 2e-4 8e-4 1.1e-3 1.3e-3 1.6e-3 3.2e-3; do cell "$lr" fmnist_fig3 "dosg cosg" "$seeds" "$@"; done
 cell 8e-4 fmnist_fig3 "dadam3 cadam3" "$seeds" "$@"
 if [ "${PROBES:-0}" = 1 ]; then
