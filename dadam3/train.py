@@ -275,12 +275,13 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
 
 
 def _write_run_files(cfg: DictConfig, trainer: WGANTrainer) -> WriteFailed | None:
-    """``config_resolved.yaml`` and ``provenance.json``; a write that failed is returned."""
+    """``config_resolved.yaml``, ``.hydra/`` and ``provenance.json``; a write that failed is returned."""
     try:
         with writing(trainer.run_dir / "config_resolved.yaml"):
             (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(trainer.config))
-        with writing(trainer.run_dir / "provenance.json"):
+        with writing(trainer.run_dir / ".hydra"):
             write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
+        with writing(trainer.run_dir / "provenance.json"):
             record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
     except WriteFailed as e:
         return e
