@@ -14,10 +14,11 @@ shape of the whole product, e.g. on how many rows a rank holds.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from dadam3.numba_cache import njit_cached
 
 
 def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
@@ -36,10 +37,7 @@ def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
                 out[i, p] = out[i, p] + x[j, p] * w
 
 
-try:
-    _ordered_rows = numba.njit(cache=True, nogil=True)(_ordered_rows)
-except RuntimeError:        # numba finds no writable cache directory: compile in each process
-    _ordered_rows = numba.njit(nogil=True)(_ordered_rows)
+_ordered_rows = njit_cached(_ordered_rows, nogil=True)
 
 
 class RoundTerms:

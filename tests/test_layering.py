@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # matching layer counts (so dadam3.checkpoint.resume sits above the other checkpoint modules:
 # its policy reads the run's schema).
 LAYERS = (
-    ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags")),
+    ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
     ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.",
                        "dadam3.checkpoint", "dadam3.checkpoint.files", "dadam3.checkpoint.rng",
                        "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),

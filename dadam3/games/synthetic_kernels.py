@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
-from dadam3.optim.numba_pass import bind, cache_name, element_pass, jitted, njit_cached
+from dadam3.numba_cache import njit_cached
+from dadam3.optim.numba_pass import bind, cache_name, element_pass, jitted
 from dadam3.optim.skeletons import StepScalars
 
 log = logging.getLogger(__name__)

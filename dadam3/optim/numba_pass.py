@@ -34,6 +34,8 @@ import types
 from functools import lru_cache
 from typing import Callable
 
+from dadam3.numba_cache import njit_cached
+
 log = logging.getLogger(__name__)
 
 _registered = False
@@ -112,16 +114,6 @@ def bind(body: Callable, name: str, cache: bool = True, **names) -> Callable:
     fn = types.FunctionType(body.__code__, {**body.__globals__, **names}, body.__name__, body.__defaults__)
     fn.__qualname__ = name
     return njit_cached(fn) if cache else njit(fn)
-
-
-def njit_cached(fn: Callable) -> Callable:
-    """``numba.njit(cache=True)(fn)``, or ``njit(fn)`` where numba finds no writable cache directory."""
-    from numba import njit
-    try:
-        return njit(cache=True)(fn)
-    except RuntimeError as e:                 # numba: "cannot cache function ...: no locator available"
-        log.info("numba's cache is not writable here (%s): compiling in this process", e)
-        return njit(fn)
 
 
 def jitted(fn: Callable) -> Callable:
