@@ -61,9 +61,6 @@ class OptimizerChoice:
             raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
         with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
             hparams = optimizer_spec(name).check_hparams(o)
-        if "eps" in hparams and not hparams["eps"] > 0:
-            raise ConfigError("optimizer.eps", hparams["eps"], "must be > 0: the first step divides a zero "
-                                                                "gradient by sqrt(0) + eps")
         return cls(name, MappingProxyType(hparams))
 
     def check_topology(self, topology: str) -> None:
