@@ -68,6 +68,9 @@ def test_a_cli_run_trains_your_own_nets_with_extra_keyword_arguments(tmp_path, m
     assert ckpt["D"]["body.0.weight"].shape == (2, 4, 1, 4, 4)          # width=4 reached the critic, M = 2 rows
     assert ckpt["G"]["body.0.weight"].shape == (2, 6, 16)               # width=6 and nz=16 reached the generator
     assert (run / "metrics.jsonl").read_text().strip()
+    r = cli(f"resume={run}", "loop.iterations=3", env=mypkg)          # the run's own overrides rebuild the nets
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=False)["iteration"] == 3
 
 
 @pytest.mark.parametrize("extra, line", [
