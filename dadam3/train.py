@@ -40,6 +40,7 @@ from dadam3.gan.own_nets import build_net, stack_own_nets
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
+from dadam3.gan.vmapped import stack_nets
 from dadam3.checkpoint import resolve_resume_path, resume_override
 from dadam3.job_log import JOB_LOG, JobLog, record_provenance, run_overrides, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
@@ -120,7 +121,8 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
         evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))
-    full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
+    full_G = (stack_nets(G.node_module(0), s.nodes, in_shape=G.in_shape, out_shape=G.out_shape)
+              if placement.distributed and placement.is_main else None)
     run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G,
                      seed=s.seed)
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run, NullLogger(), evaluate=evaluate)

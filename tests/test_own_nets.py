@@ -3,6 +3,8 @@ from a package on PYTHONPATH, extra keyword arguments passed through, the start-
 generator's and the critic's shapes, no batch-coupling norm in the critic) one line each, exit
 status 2, no run directory; and ``build_trainer(nets=...)`` for Python callers."""
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -42,6 +44,23 @@ NETS = textwrap.dedent('''
             s = self.body(x)
             return s.flatten() if self.scores == 1 else s
 ''')
+POINTS = textwrap.dedent('''
+    import torch.nn as nn
+
+    class Generator(nn.Module):
+        def __init__(self, nz, width=16):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(nz, width), nn.LayerNorm(width), nn.ReLU(), nn.Linear(width, 2))
+        def forward(self, z):
+            return self.body(z)
+
+    class Critic(nn.Module):
+        def __init__(self, width=16):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(2, width), nn.ReLU(), nn.Linear(width, 1), nn.Flatten(0))
+        def forward(self, x):
+            return self.body(x)
+''')
 BASE = ["dataset=fake", "dataset.length=32", "dataset.channels=1", "dataset.image_size=8", "device=cpu", "nodes=2",
         "loop.batch_size=4", "loop.iterations=2", "loop.progress=false", "loop.n_critic=1", "metrics.every=0",
         "model=custom", "model.generator._target_=mypkg.nets.Generator", "model.critic._target_=mypkg.nets.Critic",
@@ -54,6 +73,7 @@ def mypkg(tmp_path, monkeypatch):
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "nets.py").write_text(NETS)
+    (pkg / "points.py").write_text(POINTS)
     monkeypatch.syspath_prepend(str(tmp_path / "lib"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     return env
@@ -133,3 +153,17 @@ def test_build_trainer_takes_the_nets(tmp_path):
     with pytest.raises(ConfigError, match=r"^model.critic=Sequential: layer 1 is a BatchNorm1d"):
         build_trainer(s, tmp_path / "other", nets=(G, bad))
     assert not (tmp_path / "other").exists()
+
+
+def test_your_nets_on_2d_points_under_two_ranks(tmp_path, mypkg):
+    """backend=distributed: each rank stacks its block of nodes; rank 0's hooks see all M."""
+    run = tmp_path / "run"
+    r = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node=2",
+                        "-m", "dadam3.train", "experiment=toy_gaussians", "model=custom", "model.nz=8",
+                        "model.generator._target_=mypkg.points.Generator", "model.critic._target_=mypkg.points.Critic",
+                        "loop.iterations=4", "loop.batch_size=8", "loop.progress=false", "metrics.every=2",
+                        "metrics.samples=50", "backend=distributed", "distributed.timeout_s=60",
+                        f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=mypkg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ckpt = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    assert ckpt["iteration"] == 4 and ckpt["G"]["body.1.weight"].shape[0] == 5      # LayerNorm rows: M = 5 nodes
