@@ -101,6 +101,8 @@ def test_a_cli_run_trains_your_own_nets_with_extra_keyword_arguments(tmp_path, m
     (["+model.generator.out=48"], "model.generator=Generator: fails on a batch [2, 16]: RuntimeError"),
     (["model.nz=0"], "model.nz=0: must be an integer >= 1"),
     (["model.critic._target_=mypkg.nets.Nothing"], "model.critic._target_=mypkg.nets.Nothing: cannot be built: "),
+    (["model.critic._target_=null"], "model.critic._target_=None: names your net as a dotted path"),
+    (["model.generator._target_=Generator"], "model.generator._target_=Generator: names your net as a dotted path"),
 ])
 def test_a_refused_net_is_one_line_exit_2_and_no_run_directory(tmp_path, mypkg, extra, line):
     run = tmp_path / "run"

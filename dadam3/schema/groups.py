@@ -138,7 +138,7 @@ class Target:
 
     def __call__(self, key: str, value: Any) -> dict:
         target = value.get("_target_") if isinstance(value, Mapping) else None
-        if not isinstance(target, str) or target in ("", "???") or "." not in target.strip("."):
+        if not isinstance(target, str) or "." not in target.strip("."):
             raise ConfigError(f"{key}._target_", target, f"names your net as a dotted path, e.g. "
                                                          f"{key}._target_=mypkg.nets.Net (importable: on PYTHONPATH)")
         return dict(value)
@@ -150,8 +150,8 @@ class Custom(Model):
     :func:`dadam3.gan.stack_nets` and checked at start-up (:mod:`dadam3.gan.own_nets`)."""
     arch: str = knob(check=OptionName(("custom",)))
     nz: int = knob(100, Int(1))                       # the noise size: the generator maps [B, nz] to the data
-    generator: Any = knob(check=Target(), factory=lambda: {"_target_": "???", "nz": "${..nz}"})
-    critic: Any = knob(check=Target(), factory=lambda: {"_target_": "???"})
+    generator: Any = knob(check=Target(), factory=lambda: {"_target_": None, "nz": "${..nz}"})
+    critic: Any = knob(check=Target(), factory=lambda: {"_target_": None})
 
 
 # ---------------------------------------------------------------- topology
