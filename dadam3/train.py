@@ -44,9 +44,11 @@ from dadam3.distributed import (DistributedMixer, Placement, agree_on_config, ex
                                  run_fingerprint, shutdown)
 from dadam3.errors import ConfigError, WriteFailed, check_usable_dir, exit_on_config_error, named_as, writing
 from dadam3.gan.memory import check_fits
+from dadam3.gan.own_nets import build_net, stack_own_nets
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
+from dadam3.gan.vmapped import stack_nets
 from dadam3.checkpoint import resolve_resume_path, resume_override
 from dadam3.job_log import JOB_LOG, JobLog, record_provenance, run_overrides, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
@@ -63,9 +65,11 @@ from dadam3.sweep import sweep_job
 log = logging.getLogger(__name__)
 
 
-def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False) -> WGANTrainer:
+def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None) -> WGANTrainer:
     """Data, nets, optimizers, logger and hooks from the settings; resumes if asked. With
-    ``backend=distributed`` this process holds its rank's block of the M nodes.
+    ``backend=distributed`` this process holds its rank's block of the M nodes. ``nets``: your
+    own (generator, critic), one node's ``nn.Module`` each (the generator maps ``[B, model.nz]``
+    noise to the data), checked and stacked over the nodes as ``model=custom``'s are.
 
     Every check that can refuse the run comes first (the config, paths, the ranks' agreement,
     the run directory, data, nets, the checkpoint's content and shape, the evaluation weights);
@@ -90,7 +94,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False) -> WGA
         torch.set_num_threads(s.threads)
     mixer = on_every_rank(placement, lambda: _mixer(s, make_mixer))
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, placement, dir_named)
-    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer))
+    trainer, dataset = on_every_rank(placement, lambda: _build(s, rd, placement, device, mixer, nets))
     trainer.logger = on_every_rank(placement, lambda: _open_logs(s, rd) if placement.is_main else NullLogger())
     nz = trainer.nz
     trainer.sample = sample_hook(dataset, nz, s.seed, device, s.torch_dtype, rd.path / "samples", trainer.logger)
@@ -106,7 +110,7 @@ def _mixer(s: TrainConfig, make_mixer):
         return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
 
 
-def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.device, mixer) -> tuple:
+def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.device, mixer, nets) -> tuple:
     """The trainer (logging nowhere yet) and its data set; a resume loads its checkpoint here,
     so a checkpoint that does not fit is refused before the run directory is touched. Each
     builder's errors name its arguments; they are said here in the config's keys."""
@@ -118,9 +122,7 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
         _check_shards(dataset, s)
         sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
                               seed=s.seed, device=device, prefetch=s.prefetch, node_ids=placement.block)
-    image_shape = dict(channels=dataset.shape[0], image_size=dataset.shape[-1]) if d.is_images else {}
-    with named_as({**s.model.keys("model."), "channels": "dataset.channels", "image_size": "dataset.image_size"}):
-        G, D = build_stacked_nets(s.model.arch, len(placement.block), **s.model.options, **image_shape)
+    G, D = _nets(s, len(placement.block), dataset.shape, nets)
     G, D = G.to(device=device, dtype=s.torch_dtype), D.to(device=device, dtype=s.torch_dtype)
     if device.type == "cuda":
         G.use_channels_last(s.cuda.channels_last)
@@ -130,7 +132,8 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     opt_d = build_optimizer(o.name, D.parameters(), mixer, compile=fused, start=False, **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
         evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))
-    full_G = type(G).replicate(G.node_module(0), s.nodes) if placement.distributed and placement.is_main else None
+    full_G = (stack_nets(G.node_module(0), s.nodes, in_shape=G.in_shape, out_shape=G.out_shape)
+              if placement.distributed and placement.is_main else None)
     run = RunContext(rd.path, device, s.torch_dtype, placement, mixer, config=dict(s.config), lock=rd, full_G=full_G,
                      seed=s.seed)
     trainer = WGANTrainer(G, D, opt_g, opt_d, sampler, s.loop, run, NullLogger(), evaluate=evaluate)
@@ -141,6 +144,19 @@ def _build(s: TrainConfig, rd: RunDir, placement: Placement, device: torch.devic
     else:
         start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
     return trainer, dataset
+
+
+def _nets(s: TrainConfig, num_nodes: int, data_shape: tuple, nets: tuple | None) -> tuple:
+    """(G, D) stacked over this process's nodes: the paper's (model=dcgan32|dcgan64|mlp), or your
+    own (model=custom, or ``build_trainer(nets=...)``) checked by :mod:`dadam3.gan.own_nets`."""
+    if nets is None and s.model.arch != "custom":
+        image_shape = dict(channels=data_shape[0], image_size=data_shape[-1]) if s.dataset.is_images else {}
+        with named_as({**s.model.keys("model."), "channels": "dataset.channels", "image_size": "dataset.image_size"}):
+            return build_stacked_nets(s.model.arch, num_nodes, **s.model.options, **image_shape)
+    with named_as({f"{n}{k}": f"model.{n}{k}" for n in ("generator", "critic") for k in ("", "._target_")}):
+        if nets is None:
+            nets = build_net("generator", s.model.generator), build_net("critic", s.model.critic)
+        return stack_own_nets(*nets, num_nodes, s.model.nz, data_shape)
 
 
 # the evaluation's library arguments -> the config keys that feed them

@@ -18,6 +18,7 @@ from dadam3.schema import OptimizerChoice
 from dadam3.topology import build_topology
 
 W2 = [[0.75, 0.25], [0.25, 0.75]]
+TINY_EPS = 1e-300       # eps must be > 0; sqrt(v) + 1e-300 == sqrt(v) in float64 for every v these tests reach
 
 
 def two_node_mixer():
@@ -39,7 +40,7 @@ def values(t):
 
 def test_dadam3_two_steps_by_hand():
     p = param([1.0, 3.0])
-    opt = Dadam3([p], two_node_mixer(), lr=0.1, beta1=0.5, beta2=0.5, beta3=0.5, eps=0.0).start()
+    opt = Dadam3([p], two_node_mixer(), lr=0.1, beta1=0.5, beta2=0.5, beta3=0.5, eps=TINY_EPS).start()
     assert values(p) == pytest.approx([1.5, 2.5])                  # Z_1 = W X_0
     feed(opt, p, [1.0, -2.0])
     # M_1 = (0.5, -1), V_1 = (0.5, 2), Lambda_1 = 0.5 max(0, V_1) = (0.25, 1), D_1 = (1, -1)
@@ -62,13 +63,13 @@ def test_dadam3_two_steps_by_hand():
 def test_dadam3_beta1_schedule_and_lambda0_by_hand():
     # beta1_k = 0.8 * 0.5^(k-1); beta2 = beta3 = 0 so V_k = g^2 and Lambda_k = max(Lambda_{k-1}, g^2)
     p = param([0.0])
-    opt = Dadam3([p], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, beta1_decay=0.5).start()
+    opt = Dadam3([p], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=TINY_EPS, beta1_decay=0.5).start()
     feed(opt, p, [1.0])     # M_1 = 0.2, Lambda_1 = 1, D_1 = 0.2, X_1 = -0.2, Z_2 = -0.4
     assert values(opt.state[p]["x"]) == pytest.approx([-0.2]) and values(p) == pytest.approx([-0.4])
     feed(opt, p, [-1.0])    # beta1_2 = 0.4: M_2 = 0.08 - 0.6 = -0.52, D_2 = -0.52, X_2 = 0.32, Z_3 = 0.84
     assert values(opt.state[p]["x"]) == pytest.approx([0.32]) and values(p) == pytest.approx([0.84])
     q = param([0.0])
-    opt = Dadam3([q], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=0.0, lambda0=4.0).start()
+    opt = Dadam3([q], None, lr=1.0, beta1=0.8, beta2=0.0, beta3=0.0, eps=TINY_EPS, lambda0=4.0).start()
     feed(opt, q, [1.0])     # Lambda_1 = max(4, 1) = 4, D_1 = 0.2 / 2
     assert values(opt.state[q]["d"]) == pytest.approx([0.1])
 
@@ -97,7 +98,7 @@ def test_oadagrad_two_steps_by_hand():
 
 def test_dp_oadam_three_steps_by_hand():
     p = param([1.0])
-    opt = DPOAdam([p], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0).start()
+    opt = DPOAdam([p], None, lr=0.1, beta1=0.5, beta2=0.5, eps=TINY_EPS).start()
     feed(opt, p, [2.0])     # m=1, v=2, m_hat=2, v_hat=4, D_1=1: X_1 = 1 - 0.2
     assert values(p) == pytest.approx([0.8])
     feed(opt, p, [-1.0])    # m=0 -> D_2 = 0: X_2 = 0.8 - 0 + 0.1 * D_1
@@ -108,7 +109,7 @@ def test_dp_oadam_three_steps_by_hand():
 
 def test_dp_oadam_gossips_after_the_local_step():
     p = param([1.0, 3.0])
-    opt = DPOAdam([p], two_node_mixer(), lr=0.1, beta1=0.0, beta2=0.0, eps=0.0).start()
+    opt = DPOAdam([p], two_node_mixer(), lr=0.1, beta1=0.0, beta2=0.0, eps=TINY_EPS).start()
     feed(opt, p, [1.0, -2.0])   # D_1 = sign(g) = (1, -1): W (1 - 0.2, 3 + 0.2) = (1.4, 2.6)
     assert values(p) == pytest.approx([1.4, 2.6])
     feed(opt, p, [2.0, 1.0])    # D_2 = (1, 1): W (1.4 - 0.2 + 0.1, 2.6 - 0.2 - 0.1) = W (1.3, 2.3)
@@ -123,7 +124,7 @@ def test_dsgd_and_dadam_by_hand():
     feed(opt, p, [2.0, 1.0])
     assert values(p) == pytest.approx([1.5875, 2.2125])    # W (1.275, 2.525)
     q = param([1.0])
-    opt = DAdam([q], None, lr=0.1, beta1=0.5, beta2=0.5, eps=0.0).start()
+    opt = DAdam([q], None, lr=0.1, beta1=0.5, beta2=0.5, eps=TINY_EPS).start()
     feed(opt, q, [2.0])     # D_1 = 1
     feed(opt, q, [-1.0])    # D_2 = 0
     assert values(q) == pytest.approx([0.9])
@@ -251,6 +252,29 @@ def test_constructors_check_their_ranges_like_torch_optim():
         OAdagrad([param([1.0])], delta=0.0)
     with pytest.raises(ValueError, match=r"^beta3=0.1: not an option of DPOAdam"):
         DPOAdam([param([1.0])], beta3=0.1)
+
+
+def test_eps_is_checked_by_its_hparam_for_library_callers_too():
+    with pytest.raises(ValueError, match=r"^eps=0.0: must be in \(0, inf\): the first step divides a zero gradient"):
+        Dadam3([param([1.0])], eps=0.0)
+    with pytest.raises(ValueError, match=r"^eps=0.0: must be in \(0, inf\)"):
+        build_optimizer("dp_oadam", [param([1.0])], None, eps=0.0)
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_build_optimizer_without_hyper_parameters_trains_like_the_config(name):
+    """One source for every default: the library's defaults are what ``optimizer=NAME`` trains with."""
+    from dadam3.schema import compose, train_settings
+    topology = "complete" if OPTIMIZERS[name].topology == "complete" else "ring"
+    nodes = 1 if OPTIMIZERS[name].single_node else 4
+    s = train_settings(compose("train", ["device=cpu", f"optimizer={name}", f"nodes={nodes}"]))
+    p = torch.zeros(nodes, 3, dtype=torch.float64, requires_grad=True)
+    lib = build_optimizer(name, [p], mixer_for(name, nodes, topology))
+    cfg = build_optimizer(s.optimizer.name, [p.detach().clone().requires_grad_()],
+                          mixer_for(name, nodes, topology), **s.optimizer.hparams)
+    lib_h = {k: v for k, v in lib.param_groups[0].items() if k != "params"}
+    cfg_h = {k: v for k, v in cfg.param_groups[0].items() if k != "params"}
+    assert lib_h == cfg_h and set(s.optimizer.hparams) <= set(lib_h), (lib_h, cfg_h)
 
 
 def test_registry_defaults_are_the_class_tables():

@@ -32,7 +32,9 @@ def test_every_experiment_preset_composes_and_checks(preset):
 @pytest.mark.parametrize("group, option", [(g, o) for g in ("dataset", "model", "topology", "logger", "optimizer",
                                                             "loop") for o in group_choices(g)])
 def test_every_group_option_composes_and_checks(group, option):
-    extra = {"dataset": [f"model={MODEL_FOR.get(option, 'dcgan32')}"], "model": ["dataset=gaussians"] * (option == "mlp"),
+    custom = ["model.generator._target_=mypkg.nets.Generator", "model.critic._target_=mypkg.nets.Critic"]
+    extra = {"dataset": [f"model={MODEL_FOR.get(option, 'dcgan32')}"],
+             "model": ["dataset=gaussians"] * (option == "mlp") + custom * (option == "custom"),
              "optimizer": ["nodes=1"] * (option == "adam3")}.get(group, [])
     s = settings(f"{group}={option}", *extra)
     node = getattr(s, group)

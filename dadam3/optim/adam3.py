@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dadam3.optim.base import EPS, LR, UNIT, HParam
+from dadam3.optim.base import EPS, LR, HParam
 from dadam3.optim.elementwise import maximum, sqrt
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
@@ -40,7 +40,9 @@ class Dadam3(OptimisticGossip):
     lambda0 (initial Lambda_0).
     """
 
-    HPARAMS = {"lr": LR, "beta1": UNIT, "beta2": HParam(0.999, 0.0, 1.0), "beta3": HParam(0.1, 0.0, 1.0),
+    # defaults: Table 6 (eta = 5e-5, beta1 = 0.5, beta2 = 0.999, beta3 = 0.5)
+    HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0),
+               "beta3": HParam(0.5, 0.0, 1.0),
                "eps": EPS, "beta1_decay": HParam(1.0, 0.0, 1.0, low_open=True, high_open=False),
                "lambda0": HParam(0.0)}
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dadam3.optim.base import HParam
+from dadam3.optim.base import LR, HParam
 from dadam3.optim.elementwise import sqrt
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
@@ -27,7 +27,7 @@ class OAdagradScalars(NamedTuple):
 class OAdagrad(OptimisticGossip):
     """Optimistic AdaGrad (see module docstring); hyper-parameters lr (eta) and delta."""
 
-    HPARAMS = {"lr": HParam(1e-2, 0.0, None, low_open=True), "delta": HParam(1e-8, 0.0, None, low_open=True)}
+    HPARAMS = {"lr": LR, "delta": HParam(1e-8, 0.0, None, low_open=True)}   # lr: Table 6's eta
 
     STATE = {"sum_sq": 0.0}
     SCALARS = OAdagradScalars

@@ -22,6 +22,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from dadam3.optim import OPTIMIZERS
 from dadam3.schema.fields import check_tree, schema_field
 from dadam3.schema.groups import GROUPS
 from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
@@ -34,7 +35,9 @@ __all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "OptimizerChoice", 
 
 def register() -> None:
     """Store every schema node in Hydra's ConfigStore: ``<entry>_schema`` (the primary
-    configs' first default) and ``<group>/schema_<kind>`` (the group options')."""
+    configs' first default), ``<group>/schema_<kind>`` (the group options') and
+    ``optimizer/schema_<name>`` (each optimizer's hyper-parameters at its class's defaults: the
+    YAML names the algorithm, the values come from ``HPARAMS`` only)."""
     cs = ConfigStore.instance()
     for name, cls in ROOTS.items():
         cs.store(name=f"{name}_schema", node=cls)
@@ -42,6 +45,9 @@ def register() -> None:
     for group, (_, options) in GROUPS.items():
         for name, cls in options.items():
             cs.store(group=group, name=name, node=cls)
+    for name, spec in OPTIMIZERS.items():       # optimizer/schema_<name>: its class's HPARAMS defaults
+        cs.store(group="optimizer", name=f"schema_{name}",
+                 node={"name": name, **{k: hp.default for k, hp in spec.cls.HPARAMS.items()}})
 
 
 def train_settings(cfg: DictConfig) -> TrainConfig:

@@ -130,6 +130,31 @@ class MLP(Model):
     init: Optional[str] = knob(None, Choice(("dcgan", "default"), none=True))   # null: default
 
 
+@dataclass(frozen=True)
+class Target:
+    """A net to build: ``{_target_: pkg.module.Class, **keyword arguments}`` (Hydra's
+    ``instantiate`` convention). Its keyword arguments are the target's own: any key may be added
+    (``+model.critic.width=4``); the target checks them when the run builds it."""
+    free_keys = True
+
+    def __call__(self, key: str, value: Any) -> dict:
+        target = value.get("_target_") if isinstance(value, Mapping) else None
+        if not isinstance(target, str) or "." not in target.strip("."):
+            raise ConfigError(f"{key}._target_", target, f"names your net as a dotted path, e.g. "
+                                                         f"{key}._target_=mypkg.nets.Net (importable: on PYTHONPATH)")
+        return dict(value)
+
+
+@dataclass
+class Custom(Model):
+    """Your own nets (``model=custom``): any ``nn.Module`` pair, stacked over the nodes by
+    :func:`dadam3.gan.stack_nets` and checked at start-up (:mod:`dadam3.gan.own_nets`)."""
+    arch: str = knob(check=OptionName(("custom",)))
+    nz: int = knob(100, Int(1))                       # the noise size: the generator maps [B, nz] to the data
+    generator: Any = knob(check=Target(), factory=lambda: {"_target_": None, "nz": "${..nz}"})
+    critic: Any = knob(check=Target(), factory=lambda: {"_target_": None})
+
+
 # ---------------------------------------------------------------- topology
 
 @dataclass
@@ -196,7 +221,7 @@ class Wandb(Option):
 GROUPS: dict[str, tuple[str, dict[str, type]]] = {
     "dataset": ("name", {"schema_images": Images, "schema_decoded_images": DecodedImages,
                          "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages, "schema_gaussians": Gaussians}),
-    "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP}),
+    "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP, "schema_custom": Custom}),
     "topology": ("name", {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
                           "schema_explicit": Explicit}),
     "logger": ("kind", {"schema_jsonl": Jsonl, "schema_wandb": Wandb}),

@@ -113,6 +113,8 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
             cls = OmegaConf.get_type(cfg[part])
         elif is_dataclass(f.default_factory):
             cls = f.default_factory
+        elif getattr(f.metadata.get("check"), "free_keys", False):
+            return                          # a builder's keyword arguments: it checks them
         else:
             raise ConfigError(f"{path}.{rest[0]}", _nest(rest[1:], value), f"unknown key ({path} is a value)")
 

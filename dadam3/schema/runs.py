@@ -61,9 +61,6 @@ class OptimizerChoice:
             raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
         with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
             hparams = optimizer_spec(name).check_hparams(o)
-        if "eps" in hparams and not hparams["eps"] > 0:
-            raise ConfigError("optimizer.eps", hparams["eps"], "must be > 0: the first step divides a zero "
-                                                                "gradient by sqrt(0) + eps")
         return cls(name, MappingProxyType(hparams))
 
     def check_topology(self, topology: str) -> None:
@@ -173,7 +170,7 @@ class TrainConfig(Node):
         data, arch = self.dataset, self.model.arch
         if data.is_images and arch == "mlp":
             raise ConfigError("model", "mlp", f"dataset {data.name} is images; use model=dcgan32 or model=dcgan64")
-        if not data.is_images and arch != "mlp":
+        if not data.is_images and arch not in ("mlp", "custom"):     # custom: checked against the data at start-up
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
         _check_cuda_keys_on_cpu(self)
@@ -214,7 +211,7 @@ def _check_meaningful_for_points(s: TrainConfig) -> None:
             raise ConfigError(f"metrics.{key}", str(value).lower() if isinstance(value, bool) else value,
                               f"means nothing for dataset={s.dataset.name} (2-D points: the evaluation is modes "
                               "covered and high-quality share, set by metrics.every and metrics.samples)")
-    if s.model.data_dim != 2:
+    if s.model.arch == "mlp" and s.model.data_dim != 2:
         raise ConfigError("model.data_dim", s.model.data_dim, f"must be 2: dataset={s.dataset.name} is 2-D points")
 
 
