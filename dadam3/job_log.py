@@ -12,7 +12,12 @@ from pathlib import Path
 import torch
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
+
+from dadam3.checkpoint import resolve_resume_path
+from dadam3.errors import ConfigError
+from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
@@ -150,3 +155,22 @@ def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
     segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
     path.write_text(json.dumps(segments + [entry], indent=1) + "\n")
     return entry
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first,
+    then ``argv`` (:func:`dadam3.train.resumed_config`; before Hydra composes, so that keys of
+    the run's data set or net are known)."""
+    resume = None
+    for arg in argv:
+        try:
+            o = OverridesParser.create().parse_overrides([arg])[0]
+        except Exception:          # a flag, or not an override: Hydra says why
+            continue
+        if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
+            resume = o.value()
+    try:
+        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent)
+    except ConfigError:
+        base = []                   # the run says so, in its own words
+    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import hydra
 import torch
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -50,7 +49,7 @@ from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunContext, WGANTrainer
 from dadam3.gan.vmapped import stack_nets
 from dadam3.checkpoint import resolve_resume_path, resume_override
-from dadam3.job_log import JOB_LOG, JobLog, record_provenance, run_overrides, write_provenance
+from dadam3.job_log import JOB_LOG, JobLog, record_provenance, resume_argv, run_overrides, write_provenance
 from dadam3.log_rewind import record_at_resume_point_kept
 from dadam3.metrics.evaluation import evaluation_hook
 from dadam3.metrics.spec import default_cache_dir
@@ -322,25 +321,6 @@ def main(cfg: DictConfig) -> None:
                 run(cfg, run_dir)
     finally:        # Hydra made it before the checks: a refused run, or a resume that continued elsewhere
         discard_if_unused(run_dir)
-
-
-def resume_argv(argv: list[str]) -> list[str]:
-    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first,
-    then ``argv`` (:func:`resumed_config`, here so that Hydra composes the run's config and
-    keys of the run's data set or net are known)."""
-    resume = None
-    for arg in argv:
-        try:
-            o = OverridesParser.create().parse_overrides([arg])[0]
-        except Exception:          # a flag, or not an override: Hydra says why
-            continue
-        if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
-            resume = o.value()
-    try:
-        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent)
-    except ConfigError:
-        base = []                   # the run says so, in its own words
-    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv
 
 
 if __name__ == "__main__":
