@@ -196,13 +196,27 @@ def exit_on_config_error(fn: F) -> F:
             code, line, echo = stop_report(e)
             if echo:
                 print(line, file=sys.stderr)
-            sys.exit(code)
+            _exit(code)
         except StoppedAtOnce as e:
             if e.echo:
                 print(e.line(), file=sys.stderr)
-            sys.exit(e.exit_code)
+            _exit(e.exit_code)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _exit(code: int) -> None:
+    """``sys.exit(code)``; in a rank whose process group is still up (a stop every rank agreed
+    on, its records written), ``os._exit`` after flushing: the interpreter's own exit would tear
+    down gloo's threads mid-flight (`terminate called without an active exception`, SIGABRT)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        import logging
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class WriteFailed(RunStopped):
