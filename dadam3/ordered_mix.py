@@ -81,10 +81,10 @@ class RoundTerms:
     def apply(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``out[i] = sum_t weight[i, t] * x[index[i, t]]`` in ``t`` order; ``x`` is
         ``[rows, n]``, ``out`` ``[L, n]`` and must not overlap ``x``."""
+        index, weight = self.on(x.device, x.dtype)            # cached per device and dtype
         if self._compiled_pass(x, out):
-            _ordered_rows(x.numpy(), self.index, self.weight.astype(x.numpy().dtype), out.numpy())
+            _ordered_rows(x.numpy(), index.numpy(), weight.numpy(), out.numpy())
             return out
-        index, weight = self.on(x.device, x.dtype)
         torch.mul(x.index_select(0, index[:, 0]), weight[:, :1], out=out)
         for t in range(1, index.shape[1]):
             out.add_(x.index_select(0, index[:, t]).mul_(weight[:, t:t + 1]))
