@@ -7,6 +7,7 @@ import logging
 import logging.handlers
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -31,7 +32,6 @@ class _JobLogFile(logging.FileHandler):
     and checkpoints say whether they could be written)."""
 
     def handleError(self, record: logging.LogRecord) -> None:
-        import sys
         reason = sys.exc_info()[1]
         if not getattr(self, "_failed", False):
             self._failed = True
