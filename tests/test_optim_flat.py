@@ -183,3 +183,15 @@ def test_views_survive_checkpoints_and_replaced_tensors():
     opt.flat[0].sync()
     assert same_memory(params[0], opt.flat[0].views(opt.flat[0].param_buf)[0])
     assert float(params[0].detach().abs().sum()) == 0.0
+
+
+def test_tensors_without_memory_step_eagerly():
+    """Fake tensors (the fake-CUDA checks) and meta tensors have no memory for numba or a
+    compiled kernel: the optimizer picks the eager update for them, numba for real CPU ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fake = [torch.zeros(M, 3, requires_grad=True)]
+        assert build_optimizer("dadam3", fake, None, start=False).fusion == "eager"
+    meta = [torch.zeros(M, 3, device="meta", requires_grad=True)]
+    assert build_optimizer("dadam3", meta, None, start=False).fusion == "eager"
+    assert build_optimizer("dadam3", [torch.zeros(M, 3, requires_grad=True)], None).fusion == "numba"

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, NamedTuple
 
 import torch
-from torch._guards import detect_fake_mode
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
@@ -185,15 +184,15 @@ class NodeOptimizer(torch.optim.Optimizer):
     def _choose_update(self, compile: bool | None) -> tuple[str, Callable[..., None]]:
         """("compile" | "numba" | "eager", the update ``(round, g, s, p, work, own, state)``):
         ``torch.compile`` when asked (by default on CUDA), numba on the CPU, the eager
-        :meth:`update` otherwise. Fake tensors (device checks without a GPU) have no memory to
-        run a kernel on."""
+        :meth:`update` otherwise. Tensors without memory (meta or fake tensors: device checks
+        without a GPU) have none to run a kernel on."""
         buf = self.flat[0].param_buf if self.flat else torch.empty(0)
-        fake = self.flat and detect_fake_mode((buf,)) is not None
+        real = _has_memory(buf)
         if compile is None:
-            compile = buf.device.type == "cuda" and torch.cuda.is_available() and not fake
+            compile = buf.device.type == "cuda" and torch.cuda.is_available() and real
         if compile:
             return "compile", compiled_update(type(self))
-        if buf.device.type == "cpu" and not fake and buf.dtype in FUSED_DTYPES:
+        if buf.device.type == "cpu" and real and buf.dtype in FUSED_DTYPES:
             passes = numba_pass.flat_passes(type(self), buf.dtype)
             if passes is not None:
                 return "numba", _on_numpy(type(self), passes)
@@ -231,7 +230,7 @@ class NodeOptimizer(torch.optim.Optimizer):
                 continue
             if flat.scalars is None or flat.scalars.numel() != values.numel():
                 flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-            if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
+            if torch.cuda.is_available() and _has_memory(flat.param_buf):
                 values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
             flat.scalars.copy_(values, non_blocking=True)
 
@@ -289,6 +288,12 @@ class NodeOptimizer(torch.optim.Optimizer):
                 for name, buf in flat.state.items():
                     flat.copy_into(buf, [self.state[p][name] for p in flat.params])
                 self._bind_state_views(flat)
+
+
+def _has_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` has memory a kernel can run on: not a meta tensor nor a fake one (a
+    ``FakeTensorMode`` tensor reports its device but keeps its storage on ``meta``)."""
+    return t.untyped_storage().device.type != "meta"
 
 
 def _on_numpy(cls: type, passes: dict[Round, Callable[..., None]]) -> Callable[..., None]:
