@@ -315,7 +315,7 @@ def test_12_toy_gaussians_script_resumes_instead_of_deleting(tmp_path):
 @pytest.mark.slow
 def test_12_ctrl_c_in_the_synthetic_runner_writes_what_it_has(tmp_path):
     run = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", "iterations=100000000000", "backend=torch",
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", "iterations=100000000000", "engine=torch",
                           f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     deadline = time.time() + 120

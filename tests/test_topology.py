@@ -175,7 +175,7 @@ def test_nearly_stochastic_w_gives_the_exact_w_fig1_result():
     game = SyntheticGame(c=1010.0, k=0.01)
     hp = {"lr": 1e-3, "beta1": 0.9, "beta2": 1.0 / (1.0 + 1010.0 ** 2)}
     hp = {k: v for k, v in hp.items() if k in optimizer_spec("dadam3").check_hparams({})}
-    exact = run_synthetic(game, "dadam3", hp, 5, 3000, topology="ring", backend="torch")
+    exact = run_synthetic(game, "dadam3", hp, 5, 3000, topology="ring", engine="torch")
     near = run_synthetic(game, "dadam3", hp, 5, 3000, topology={"name": "explicit", "matrix": _ring_off_by(9e-7)},
-                         backend="torch")
+                         engine="torch")
     np.testing.assert_allclose(near.error, exact.error, rtol=1e-12, atol=0)

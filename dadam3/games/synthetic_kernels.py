@@ -15,7 +15,7 @@ parameters (the gradient point) followed by the skeleton's own buffers; ``ops[(m
 iteration m's mixing operator W_m^t.
 
 An algorithm whose math numba cannot compile runs on the game through the torch optimizers
-(``backend=torch``): :func:`kernel_for` returns None for it.
+(``engine=torch``): :func:`kernel_for` returns None for it.
 """
 from __future__ import annotations
 
