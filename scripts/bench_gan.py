@@ -313,7 +313,8 @@ def census_line(M: int, parts) -> str:
     floor = sum(2 * f.param_buf.numel() * f.param_buf.element_size() for f in parts["flats"])
     return (f"M={M} census: {conv.calls} convolution calls per wgan_gp_step ({conv.dilated_ungrouped} dilated "
             f"groups=1: torch's per-group loop), by groups {dict(sorted(conv.by_groups.items()))}; one mix of "
-            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count of the torch ops)")
+            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor "
+            "(dispatch count of the torch ops)")
 
 
 def make_inputs(M: int, batch: int, device, dtype):

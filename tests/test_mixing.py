@@ -94,7 +94,7 @@ def test_cuda_float32_gossip_is_not_tf32(matmul_precision):
     assert matmul_precision.fp32_precision == "tf32"
 
 
-# ---- the stencil kernel (dadam3.gossip_stencil) ---------------------------------------------
+# ---- the stencil kernel (dadam3.mixing.stencil_mix) ------------------------------------------
 
 def _random_rows(M, P=7, seed=0):
     g = torch.Generator().manual_seed(seed)
