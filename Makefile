@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test report fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
+.PHONY: install lint test report fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
 
 install: $(STAMP)
 
@@ -13,9 +13,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -e ".[test]"
 	touch $(STAMP)
 
-# the suite in $(WORKERS) pytest-xdist workers (CI: 2 cores); WORKERS=0 runs it in one process
+# ruff over the code (its rules: [tool.ruff] in pyproject.toml)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dadam3 tests scripts
+
+# the linter, then the suite in $(WORKERS) pytest-xdist workers (CI: 2 cores); WORKERS=0 runs it in one process
 WORKERS ?= 2
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -n $(WORKERS) --dist load
 
 # results/REPORT.md and results/report/*.png from the committed run directories (dadam3/report/)

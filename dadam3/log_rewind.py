@@ -9,8 +9,7 @@ that process's last iteration). So:
 
 * the trainer stores in each checkpoint whether its iteration is on the grid
   (``record_on_grid``: :meth:`LoggingGrid.on_grid`);
-* the resuming run asks :func:`record_at_resume_point_kept` (checkpoints written before that
-  key: judged from their config);
+* the resuming run asks :func:`record_at_resume_point_kept`;
 * :func:`rewind` rewrites ``metrics.jsonl`` to what an uninterrupted run left at k
   (:class:`dadam3.run_logging.JsonlLogger` calls it when opened with a resume point).
 """
@@ -66,14 +65,10 @@ def parse_record(line: str) -> dict | None:
 
 def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
-    the checkpoint's ``record_on_grid``; for checkpoints written before the trainer stored it,
-    judged from the config (this counts ``metrics.every`` even when no metric is on, where the
-    trainer logs nothing)."""
-    if "record_on_grid" in ckpt:
-        return ckpt["record_on_grid"]
-    config = ckpt["config"]
-    grid = LoggingGrid(config["log_every"], (config.get("metrics") or {}).get("every") or 0)
-    return grid.on_grid(ckpt["iteration"])
+    the checkpoint's ``record_on_grid``. Every checkpoint a resume accepts holds it: the trainer
+    has stored it since before the ``loop`` group, and checkpoints older than that group are
+    refused (:func:`dadam3.checkpoint.resume.check_checkpoint`)."""
+    return bool(ckpt["record_on_grid"])
 
 
 def rewind(path: Path, k: int, drop_at_k: bool) -> None:

@@ -109,7 +109,7 @@ class LocalMixer(Mixer):
     :class:`dadam3.ordered_mix.RoundTerms`, the order every rank uses, so float32 results do
     not depend on the number of processes; one compiled pass over each buffer on the CPU),
     ``"matmul"`` (the reference: one matmul by W^t per tensor), ``"stencil"`` (a sum over the
-    cyclic shifts W uses; fused by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"``
+    cyclic shifts W uses; compiled by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"``
     (the stencil on CUDA for sparse graphs by :func:`use_stencil`, ordered otherwise)."""
 
     def __init__(self, topology: Topology, kernel: str = "ordered"):
@@ -166,8 +166,8 @@ class LocalMixer(Mixer):
         self._count_bytes(k, sum(t[0].numel() * t.element_size() for t in tensors))
         if self._uses_stencil(k, tensors[0]):
             # compiled frames do not run under a dispatch mode (FLOP / byte counters, fake tensors)
-            fused = tensors[0].device.type == "cuda" and _get_current_dispatch_mode() is None
-            mix = compiled_stencil_mix() if fused else stencil_mix
+            compiled = tensors[0].device.type == "cuda" and _get_current_dispatch_mode() is None
+            mix = compiled_stencil_mix() if compiled else stencil_mix
             for t, o in zip(tensors, out):
                 shifts, coeffs = self.stencil(k, t.device, t.dtype)
                 mix(t.reshape(M, -1), coeffs, shifts, o.view(M, -1))
@@ -235,14 +235,14 @@ _COMPILED: list[Callable] = []
 
 
 def compiled_stencil_mix() -> Callable:
-    """:func:`stencil_mix` through ``torch.compile`` (one fused kernel per buffer shape and shift set)."""
+    """:func:`stencil_mix` through ``torch.compile`` (one generated kernel per buffer shape and shift set)."""
     if not _COMPILED:
         _COMPILED.append(torch.compile(stencil_mix, fullgraph=True, dynamic=False))
     return _COMPILED[0]
 
 
 def use_stencil(num_shifts: int, nodes: int) -> bool:
-    """The density rule: the stencil's fused kernel does ``num_shifts`` multiply-adds per element
+    """The density rule: the stencil's compiled kernel does ``num_shifts`` multiply-adds per element
     where the matmul does ``nodes``; it is chosen for sparse graphs (at most half the shifts
     used: ring, torus, one-peer graphs) and the matmul is kept for dense ones (complete,
     exponential on few nodes, multi-round powers that fill W). A ring (3 shifts) counts as

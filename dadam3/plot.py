@@ -201,7 +201,8 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
         wall = np.mean([t if isinstance(t := r.get("time"), (int, float)) else float("nan") for r in ends])
         lines.append(f"| {label} | {len(run_dirs)} | {'/'.join(map(str, its))}{status} | " + " | ".join(cells)
                      + f" | {wall:.0f} |")
-    lines += ["", "Last evaluation of each run; with several seeds, mean ± sample standard deviation (n − 1) over them."]
+    lines += ["", "Last evaluation of each run; with several seeds, mean ± sample standard deviation (n − 1) "
+                  "over them."]
     try:
         out.write_text("\n".join(lines) + "\n")
     except OSError as e:

@@ -285,7 +285,8 @@ def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         except ConfigError as e:
             error = e
     if placement.distributed:
-        payload = None if not placement.is_main else error if error is not None else (rd.path, rd.checkpoint, rd.changed)
+        payload = (None if not placement.is_main else error if error is not None
+                   else (rd.path, rd.checkpoint, rd.changed))
         shared = placement.from_main(payload)
         if isinstance(shared, ConfigError):
             error = shared

@@ -69,7 +69,8 @@ def _time_mixes(mixer, floats: int, mixes: int, per_step: int, device: torch.dev
     for k in range(6, 6 + mixes * per_step):
         mixer.mix([x], k, out=[y])
     _sync(device)
-    return dict(seconds=(time.perf_counter() - t0) / mixes, bytes_per_node=((mixer.bytes_sent - sent0) / mixes).tolist(),
+    return dict(seconds=(time.perf_counter() - t0) / mixes,
+                bytes_per_node=((mixer.bytes_sent - sent0) / mixes).tolist(),
                 wire_bytes=(mixer.wire_bytes - wire0) / mixes, block=[mixer.block.start, mixer.block.stop])
 
 
@@ -134,7 +135,8 @@ def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
     _sync(device)
     seconds = (time.perf_counter() - t0) / a["iters"]
     Path(out, f"{rank}.json").write_text(json.dumps(dict(
-        seconds=seconds, mixing=mixing[0] / a["iters"], bytes_per_node=((mixer.bytes_sent - sent0) / a["iters"]).tolist(),
+        seconds=seconds, mixing=mixing[0] / a["iters"],
+        bytes_per_node=((mixer.bytes_sent - sent0) / a["iters"]).tolist(),
         wire_bytes=(getattr(mixer, "wire_bytes", 0) - wire0) / a["iters"])))
     shutdown()
 
@@ -208,7 +210,8 @@ def mix_bench(a: dict) -> None:
     for k in range(6, 6 + a["mixes"]):
         local.mix([x], k, out=[y])
     _sync(device)
-    print(f"LocalMixer (one process, all {a['nodes']} nodes): {1e3 * (time.perf_counter() - t0) / a['mixes']:7.2f} ms/mix")
+    print(f"LocalMixer (one process, all {a['nodes']} nodes): "
+          f"{1e3 * (time.perf_counter() - t0) / a['mixes']:7.2f} ms/mix")
     for R, res in _run_ranks(_rank, a, a["ranks"], 600):
         per_node = res[0]["bytes_per_node"]
         wire = [r["wire_bytes"] for r in res]
@@ -219,8 +222,8 @@ def mix_bench(a: dict) -> None:
         if a["fused"] and R > 1:
             for name in ("two_rounds", "one_round"):
                 part = [r[name] for r in res]
-                print(f"    {name.replace('_', ' '):10}: {1e3 * max(r['seconds'] for r in part):7.2f} ms per Dadam3 optimizer "
-                      f"step (slowest rank), bytes_sent per node {max(part[0]['bytes_per_node']):.3g}, "
+                print(f"    {name.replace('_', ' '):10}: {1e3 * max(r['seconds'] for r in part):7.2f} ms per Dadam3 "
+                      f"optimizer step (slowest rank), bytes_sent per node {max(part[0]['bytes_per_node']):.3g}, "
                       f"wire bytes per rank {[format(r['wire_bytes'], '.3g') for r in part]}")
 
 
@@ -236,8 +239,8 @@ def train_bench(a: dict) -> None:
     for R, res in _run_ranks(_train_rank, a, [0, *a["ranks"]], 900):
         slowest = max(res, key=lambda r: r["seconds"])
         per_node = res[0]["bytes_per_node"]
-        print(f"{'simulator' if R == 0 else f'R={R}'}: {1e3 * slowest['seconds']:8.2f} ms/iteration (slowest rank), in the mixer "
-              f"{100 * slowest['mixing'] / slowest['seconds']:5.1f} %, bytes_sent per node per iteration "
+        print(f"{'simulator' if R == 0 else f'R={R}'}: {1e3 * slowest['seconds']:8.2f} ms/iteration (slowest rank), "
+              f"in the mixer {100 * slowest['mixing'] / slowest['seconds']:5.1f} %, bytes_sent per node per iteration "
               f"{min(per_node):.3g}..{max(per_node):.3g}, wire bytes per rank per iteration "
               f"{[format(r['wire_bytes'], '.3g') for r in res]}")
 

@@ -191,8 +191,8 @@ def copy_rate(device, dtype=torch.float32, n=1 << 28) -> float:
 
 class OpBytes(TorchDispatchMode):
     """Counts aten ops and the bytes they move: every tensor argument read once, every output
-    written once (views and metadata ops move nothing). A fused (compiled or numba) update is counted
-    by :func:`count_fused` as one op reading its inputs and writing what it mutates."""
+    written once (views and metadata ops move nothing). A compiled update (torch.compile or numba)
+    is counted by :func:`count_optimizer` as one op reading its inputs and writing what it mutates."""
 
     FREE = ("view", "_unsafe_view", "as_strided", "select", "slice", "unbind", "detach", "alias", "t",
             "transpose", "expand", "reshape", "unsqueeze", "squeeze", "lift_fresh", "_to_copy_scalar")
@@ -219,28 +219,28 @@ def _nbytes(tree) -> int:
 
 
 def count_optimizer(opts, counter: OpBytes):
-    """Ops and bytes of one joint step of ``opts``; a fused round update (torch.compile on CUDA,
+    """Ops and bytes of one joint step of ``opts``; a compiled round update (torch.compile on CUDA,
     numba on the CPU) counts as one op reading g, the base point p, the skeleton's own buffers
-    and the state, and writing work, own buffers and state: what the fused kernel moves."""
+    and the state, and writing work, own buffers and state: what the compiled kernel moves."""
     originals = []
     for opt in opts:
-        if opt.fusion != "eager":
-            fused = opt._update
+        if opt.engine != "eager":
+            compiled = opt._update
 
-            def counted(rnd, g, s, p, work, own, state, _fused=fused):
+            def counted(rnd, g, s, p, work, own, state, _compiled=compiled):
                 counter.ops += 1
                 size = g.numel() * g.element_size()
                 counter.bytes += size * ((2 + len(own) + len(state)) + (1 + len(own) + len(state)))
                 with torch.utils._python_dispatch._disable_current_modes():
-                    return _fused(rnd, g, s, p, work, own, state)
-            originals.append((opt, fused))
+                    return _compiled(rnd, g, s, p, work, own, state)
+            originals.append((opt, compiled))
             opt._update = counted
     try:
         with counter:
             step_together(list(opts))
     finally:
-        for opt, fused in originals:
-            opt._update = fused
+        for opt, compiled in originals:
+            opt._update = compiled
     return counter.ops, counter.bytes
 
 
@@ -313,7 +313,8 @@ def census_line(M: int, parts) -> str:
     floor = sum(2 * f.param_buf.numel() * f.param_buf.element_size() for f in parts["flats"])
     return (f"M={M} census: {conv.calls} convolution calls per wgan_gp_step ({conv.dilated_ungrouped} dilated "
             f"groups=1: torch's per-group loop), by groups {dict(sorted(conv.by_groups.items()))}; one mix of "
-            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor (dispatch count of the torch ops)")
+            f"both players {mix.ops} ops, {mix.bytes / max(floor, 1):.2f} x its bytes floor "
+            "(dispatch count of the torch ops)")
 
 
 def make_inputs(M: int, batch: int, device, dtype):
@@ -434,7 +435,7 @@ def main() -> None:
                         "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
     p.add_argument("--gossip-kernel", choices=["ordered", "matmul", "stencil", "auto"], default="ordered",
                    help="LocalMixer kernel: the sum in node order every rank uses (default; one numba pass on "
-                        "the CPU), the [M,M]x[M,P] matmul, the neighbour stencil (torch.compile-fused on CUDA), "
+                        "the CPU), the [M,M]x[M,P] matmul, the neighbour stencil (compiled by torch.compile on CUDA), "
                         "or auto (stencil on CUDA for sparse graphs)")
     a = p.parse_args()
     t_start = time.perf_counter()
@@ -510,7 +511,7 @@ def main() -> None:
                                                      stock_conv_backward=a.stock_conv_backward))
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
-        for _ in range(max(1, warmup // 2)):       # compiles the fused update before the FLOP count
+        for _ in range(max(1, warmup // 2)):       # compiles the optimizer update before the FLOP count
             batched()
         with eager_updates(parts["opts"]):      # a compiled frame does not run under the FLOP counter's mode
             flops, by_op = count_flops(batched)

@@ -1,5 +1,5 @@
 """Benchmark: the whole paper Fig. 1 (Dadam3 and DP-OAdam, N = 1e7, M = 5 ring) as the
-figure script runs it, plus the per-iteration cost of both back ends.
+figure script runs it, plus the per-iteration cost of both engines (numba, torch).
 
     python scripts/bench_synthetic.py [--iterations N]
 
@@ -39,9 +39,9 @@ def main() -> None:
     run_synthetic(game, "dp_oadam", hp["dp_oadam"], 5, 10)
     for name, h in hp.items():
         r = run_synthetic(game, name, h, 5, a.iterations)
-        print(f"kernel {name:9s}: {a.iterations:.0e} iterations in {r.seconds:7.2f} s "
+        print(f"numba  {name:9s}: {a.iterations:.0e} iterations in {r.seconds:7.2f} s "
               f"({1e9 * r.seconds / a.iterations:6.1f} ns/it), final e_k = {r.error[-1]:.3g}")
-        rt = run_synthetic(game, name, h, 5, 2000, backend="torch")
+        rt = run_synthetic(game, name, h, 5, 2000, engine="torch")
         print(f"torch  {name:9s}: {1e6 * rt.seconds / 2000:8.1f} us/it "
               f"(=> {rt.seconds / 2000 * a.iterations / 60:.0f} min for the figure run)")
     with tempfile.TemporaryDirectory() as tmp:

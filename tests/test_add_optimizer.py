@@ -73,8 +73,8 @@ def test_a_new_optimizer_trains_a_gan(osign, tmp_path):
 def test_a_new_optimizer_runs_on_the_synthetic_game(osign):
     game = SyntheticGame(c=1010, k=0.01)
     assert kernel_for(OptimisticSign) is not None                # its math compiles: the numba loop runs it
-    kernel = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
-    torch_ = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
+    kernel = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, engine="numba")
+    torch_ = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, engine="torch")
     np.testing.assert_allclose(kernel.final_point, torch_.final_point, rtol=1e-12, atol=1e-15)
     assert abs(kernel.final_point).max() > 0
 
@@ -83,8 +83,8 @@ def test_math_numba_cannot_compile_runs_through_torch_on_the_synthetic_game(monk
     monkeypatch.setitem(optim.OPTIMIZERS, "tsign", optim.Spec("tsign", TorchSign))
     assert kernel_for(TorchSign) is None
     game = SyntheticGame(c=1010, k=0.01)
-    kernel = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="kernel")
-    torch_ = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, backend="torch")
+    kernel = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, engine="numba")
+    torch_ = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, engine="torch")
     assert (kernel.final_point == torch_.final_point).all()   # the torch optimizer ran for both
 
 

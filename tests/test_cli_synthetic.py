@@ -13,6 +13,8 @@ from omegaconf import OmegaConf
 
 from dadam3.schema import compose
 
+from trainer_runs import one_line
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,6 +80,8 @@ def test_multirun_sweep(tmp_path):
     (["topology=explicit", "nodes=2", "topology.matrix=[[0.5,0.4],[0.5,0.5]]"],
      "topology.matrix=row 0 sums to 0.9: mixing matrix must be doubly stochastic"),
     (["optimizer=adam3"], "nodes=5: optimizer=adam3 is the single-node algorithm"),
+    (["backend=torch"], "backend=torch: unknown key; it is now engine"),
+    (["engine=kernel"], "engine=kernel: unknown value; allowed: numba, torch"),
 ])
 def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
     r = synthetic(*args, "iterations=10", f"hydra.run.dir={tmp_path}")
@@ -88,7 +92,8 @@ def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
 
 
 def _files(d):
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
 
 
 def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
@@ -170,3 +175,37 @@ def test_sigterm_after_the_last_iteration_leaves_a_finished_run_with_exit_0(tmp_
     _, err = p.communicate(timeout=60)
     status = json.loads((tmp_path / "status.json").read_text())
     assert (status["status"], p.returncode) == ("finished", 0), err
+
+
+def test_synthetic_divergence_is_one_line_with_a_status(tmp_path):
+    r = synthetic("optimizer=dsgd", "optimizer.lr=5", "iterations=1000", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: training diverged: the iterates are not finite after iteration ")
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["status"] == "diverged" and f"iteration {status['iteration']}" in r.stderr
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "iteration,error,avg_grad_sq_norm" and all("nan" not in row for row in rows)
+
+
+def test_synthetic_huge_c_is_one_line(tmp_path):
+    r = synthetic("game.c=1e200", "iterations=10", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip() == "error: game.c=1e+200: must be in [1, 1e+100]"
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_synthetic_runner_writes_what_it_has(tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", "iterations=100000000000", "engine=torch",
+                          f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + 120
+    while not run.exists() and time.time() < deadline:     # Hydra made it: the task starts now
+        time.sleep(0.1)
+    time.sleep(5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130
+    one_line(err.replace("stopped:", "error-stopped:"), "error-stopped: SIGINT after iteration ")
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "interrupted" and status["signal"] == "SIGINT"
+    assert (run / "metrics.csv").read_text().startswith("iteration,error,avg_grad_sq_norm\n")

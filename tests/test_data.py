@@ -18,6 +18,10 @@ from torchvision import transforms
 from dadam3.data import (DecodedImages, FakeImages, GaussianRing, NodeSampler, TensorImages,
                          build_dataset, mode_metrics, ring_centers)
 from dadam3.errors import ConfigError
+from dadam3.schema import train_settings
+from dadam3.train import build_trainer
+
+from trainer_runs import config
 
 torch.set_num_threads(1)
 
@@ -488,3 +492,12 @@ def test_sampler_node_streams_do_not_depend_on_which_nodes_a_process_serves():
             rest.next_indices()
         merged = {**rest.state_dict(), "streams": {**rest.state_dict()["streams"], **part.state_dict()["streams"]}}
         assert same_state(full.state_dict(), merged)
+
+
+def test_too_many_nodes_for_the_data_names_nodes(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        build_trainer(train_settings(config(["dataset=fake", "dataset.length=4", "dataset.partition=split",
+                                             "model.width=0.03125", "nodes=5", "loop.batch_size=1", "device=cpu"])),
+                      tmp_path / "run")
+    assert str(e.value).startswith("nodes=5: the data set has 4 samples and dataset.partition=split") and \
+        "batch_size" not in str(e.value)

@@ -23,15 +23,16 @@ from trainer_runs import train
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-TOY = ["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8", "loop.progress=false", "loop.log_every=2",
-       "metrics.every=4", "metrics.samples=200", "loop.sample_every=4", "loop.checkpoint_every=3", "dtype=float64"]
+TOY = ["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8", "loop.progress=false",
+       "loop.log_every=2", "metrics.every=4", "metrics.samples=200", "loop.sample_every=4", "loop.checkpoint_every=3",
+       "dtype=float64"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def simulator(run_dir, *args):
     """The reference: the same run in the simulator (backend=local), in this process (build, fit,
-    finish, as ``python -m dadam3.train`` does; the CLI itself is tested in test_train.py and
-    test_reliability*.py, and the ranks here all go through it)."""
+    finish, as ``python -m dadam3.train`` does; the CLI itself is tested in test_train.py,
+    test_run_dir.py and test_signals.py, and the ranks here all go through it)."""
     train([*TOY, *args], run_dir)
 
 
@@ -203,7 +204,8 @@ def test_sigterm_to_one_rank_stops_both_and_resumes_like_the_simulator(tmp_path)
     run = tmp_path / "run"
     procs = _start_two_ranks(run, "loop.iterations=100000", "loop.checkpoint_every=1000")
     deadline = time.time() + 120
-    while time.time() < deadline and (not (run / "metrics.jsonl").exists() or len(read_jsonl(run / "metrics.jsonl")) < 2):
+    while time.time() < deadline and (not (run / "metrics.jsonl").exists()
+                                      or len(read_jsonl(run / "metrics.jsonl")) < 2):
         assert all(p.poll() is None for p in procs), procs[0].stderr.read()[-2000:]
         time.sleep(0.05)
     procs[1].send_signal(signal.SIGTERM)

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from trainer_runs import ROOT
+from trainer_runs import ROOT, snapshot
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 DIVERGED = {"iteration": 3, "status": "diverged", "message": "loss_d of node 0 is nan at iteration 3"}
 
@@ -21,10 +23,12 @@ if [ "$2" != dadam3.train ]; then exec "$REAL_PYTHON" "$@"; fi
 for a in "$@"; do case $a in hydra.run.dir=*) dir=${a#*=};; optimizer=*) opt=${a#*=};; esac; done
 mkdir -p "$dir/samples"
 case $opt in
-  oadagrad) printf '{"iteration": 2, "status": "running", "is_mean": 1.5, "is_avg_model": 1.6}\n{"iteration": 3, "status": "diverged", "message": "nan"}\n' > "$dir/metrics.jsonl"; exit 3;;
+  oadagrad) printf '{"iteration": 2, "status": "running", "is_mean": 1.5, "is_avg_model": 1.6}\n%s\n' \
+              '{"iteration": 3, "status": "diverged", "message": "nan"}' > "$dir/metrics.jsonl"; exit 3;;
   dosg) echo "error: something else" >&2; exit 1;;
 esac
-printf '{"iteration": 2, "status": "running", "is_mean": 2.0, "is_avg_model": 2.1}\n{"iteration": 2, "status": "finished", "time": 1.0}\n' > "$dir/metrics.jsonl"
+printf '{"iteration": 2, "status": "running", "is_mean": 2.0, "is_avg_model": 2.1}\n%s\n' \
+  '{"iteration": 2, "status": "finished", "time": 1.0}' > "$dir/metrics.jsonl"
 touch "$dir/samples/iter_000002_avg.png"
 """
 
@@ -133,3 +137,33 @@ def test_fig1_script_reproduces_the_committed_files(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         changed = [f for f in tracked if (tmp_path / f[len("results/fig1/"):]).read_bytes() != (ROOT / f).read_bytes()]
         assert changed == [], changed
+
+
+def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
+    run = tmp_path / "figX" / "fake" / "dadam3"
+    run.mkdir(parents=True)
+    records = [{"iteration": 80, "status": "finished"}, {"iteration": 80, "status": "resumed"},
+               {"iteration": 100, "status": "running"}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = ROOT / "scripts" / "runs.sh"             # the figure drivers' train_or_resume
+    line = next(x for x in script.read_text().splitlines() if "the last record decides" in x)
+    test = line.strip().removeprefix("if ").split("; then")[0].replace('"$dir', f'"{run}')
+    assert subprocess.run(["bash", "-c", test]).returncode == 1           # not finished
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"iteration": 120, "status": "finished"}) + "\n")
+    assert subprocess.run(["bash", "-c", test]).returncode == 0
+
+
+@pytest.mark.slow
+def test_toy_gaussians_script_resumes_instead_of_deleting(tmp_path):
+    env = {**ENV, "PYTHON": sys.executable, "TOY_OUT": str(tmp_path)}
+    args = ["loop.n_critic=1", "model.hidden=8", "loop.batch_size=8", "loop.iterations=4", "loop.log_every=2",
+            "metrics.every=4", "metrics.samples=100", "loop.sample_every=4", "loop.checkpoint_every=2"]
+    r = subprocess.run(["bash", "scripts/toy_gaussians.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = {opt: snapshot(tmp_path / opt) for opt in ("dadam3", "dosg", "dp_oadam")}
+    r = subprocess.run(["bash", "scripts/toy_gaussians.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.count("finished, skipped") == 3, r.stdout + r.stderr[-2000:]
+    assert {opt: snapshot(tmp_path / opt) for opt in before} == before

@@ -181,7 +181,7 @@ def test_reference_features_are_cached_and_reused(subset, tmp_path, monkeypatch)
     a = fidelity_metrics(noise, 300, spec, seed=1, **kw)
     assert sum(seen) == 300 + 500                      # generated + reference
     name = fdl.dataset_cache_name(second, FMNIST)
-    assert name.startswith(f"dadam3-fashion_mnist-500x1x32x32-") and name.endswith(f"-w{fc.WEIGHTS_SHA256[:12]}")
+    assert name.startswith("dadam3-fashion_mnist-500x1x32x32-") and name.endswith(f"-w{fc.WEIGHTS_SHA256[:12]}")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [f"{name}-{FMNIST}-features-{layer}.pt" for layer in ("128", "logits")]
         + [f"{name}-{FMNIST}-stat-fid-128.pt"])

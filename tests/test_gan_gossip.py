@@ -41,8 +41,10 @@ def test_batched_step_equals_loop_reference_after_gossip_steps(optimizer, topolo
             # in another order than nn.InstanceNorm2d (1e-16 relative), and OAdagrad's first step
             # D = g / (|g| + delta) amplifies that for near-zero entries of g (1e-11 after 2 steps)
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
-        opt_d.step(); opt_g.step()
-        ref.opt_d.step(); ref.opt_g.step()
+        opt_d.step()
+        opt_g.step()
+        ref.opt_d.step()
+        ref.opt_g.step()
     ref._load()
     for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))   # as above

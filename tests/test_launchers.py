@@ -49,7 +49,8 @@ def test_submitit_local_sweep_of_distributed_runs(tmp_path):
 @pytest.mark.slow
 def test_fmnist_scripts_smoke_and_the_analysis_notebook(tmp_path):
     """scripts/fmnist_fig2.sh and fmnist_fig3.sh end to end in smoke mode (seconds-long runs on the
-    committed 1000-image subset; 2 seeds for Fig. 2, 1 for Fig. 3), then notebooks/gan_results.ipynb executed on their output."""
+    committed 1000-image subset; 2 seeds for Fig. 2, 1 for Fig. 3), then notebooks/gan_results.ipynb executed on
+    their output."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -58,7 +59,8 @@ def test_fmnist_scripts_smoke_and_the_analysis_notebook(tmp_path):
     for script, methods, seeds in (("fmnist_fig2.sh", ("adam3", "oadagrad"), (0, 1)),
                                    ("fmnist_fig3.sh", ("dadam3", "cadam3", "dosg", "cosg"), (0,))):
         env["SEEDS"] = " ".join(map(str, seeds))
-        r = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        r = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=900)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         assert "total wall time" in r.stdout
         fig = script.split("_")[1].removesuffix(".sh")
@@ -91,8 +93,8 @@ def test_fmnist_paper_scale_smoke_goes_part_way_then_further(tmp_path):
            "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "DADAM3_CACHE": str(tmp_path / "cache")}
     out = tmp_path / "paper_fig2"
     for iterations in (4, 6):
-        r = subprocess.run(["bash", "scripts/fmnist_paper_scale.sh"], cwd=ROOT, env={**env, "ITERATIONS": str(iterations)},
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(["bash", "scripts/fmnist_paper_scale.sh"], cwd=ROOT,
+                           env={**env, "ITERATIONS": str(iterations)}, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         for m in ("adam3", "oadagrad"):
             run = out / m / "seed0"

@@ -15,9 +15,10 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # its policy reads the run's schema).
 LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
-    ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.",
-                       "dadam3.checkpoint", "dadam3.checkpoint.files", "dadam3.checkpoint.rng",
-                       "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
+    ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.mixing", "dadam3.distributed",
+                       "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.files", "dadam3.checkpoint.rng",
+                       "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals",
+                       "dadam3.divergence")),
     ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
                     "dadam3.games", "dadam3.metrics", "dadam3.metrics.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
@@ -61,7 +62,8 @@ def imports_of(module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
         else:
             continue

@@ -8,7 +8,10 @@ import pytest
 
 from dadam3.log_rewind import as_record, parse_record, rewind
 from dadam3.report.runs import read_jsonl
+from dadam3.run_logging import JsonlLogger
 from dadam3.sweep import _last_record
+
+from trainer_runs import TOY, train, without_time
 
 NOT_RECORDS = ["[1, 2]", "3", '"text"', "null", '{"iteration": "5"}', '{"iteration": -1}',
                '{"iteration": true}', '{"iteration": 2.5}', '{"iteration": 5, "status": 7}']
@@ -50,3 +53,42 @@ def test_sweep_and_report_readers_skip_lines_that_are_no_record(tmp_path):
     for line in NOT_RECORDS:
         path.write_text('{"iteration": 1, "status": "running"}\n' + line + "\n")
         assert _last_record(path) is None
+
+
+def test_resumed_log_reads_as_if_the_run_never_stopped(tmp_path):
+    full = tmp_path / "full"
+    train(TOY + ["loop.iterations=9"], full)
+    cut = tmp_path / "cut"
+    train(TOY + ["loop.iterations=5"], cut)                     # finished at 5, off the logging grid
+    train(TOY + ["loop.iterations=9", f"resume={cut}"], tmp_path / "x")
+    resumed = read_jsonl(cut / "metrics.jsonl")
+    assert [r["status"] for r in resumed].count("finished") == 1 and resumed[-1]["status"] == "finished"
+    kept = [r for r in resumed if r["status"] != "resumed"]
+    assert without_time(kept) == without_time(read_jsonl(full / "metrics.jsonl"))
+
+
+def test_resumed_log_with_an_evaluation_period_but_no_metric_on(tmp_path):
+    """metrics.every=4 with every image metric off: the trainer logs nothing at 4, so the
+    record a run ending at 4 wrote there must go when it is resumed (it stayed: the rewind
+    judged the grid from the config)."""
+    images = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2",
+              "loop.batch_size=2", "device=cpu", "loop.progress=false", "loop.log_every=3", "loop.sample_every=100",
+              "loop.checkpoint_every=100", "metrics.every=4", "metrics.inception=false", "metrics.fid=false",
+              "metrics.kid=false"]
+    train(images + ["loop.iterations=8"], tmp_path / "full")
+    cut = tmp_path / "cut"
+    train(images + ["loop.iterations=4"], cut)
+    train(images + ["loop.iterations=8", f"resume={cut}"], tmp_path / "x")
+    resumed = [r for r in read_jsonl(cut / "metrics.jsonl") if r["status"] != "resumed"]
+    assert [r["iteration"] for r in resumed] == [3, 6, 8, 8]
+    assert without_time(resumed) == without_time(read_jsonl(tmp_path / "full" / "metrics.jsonl"))
+
+
+def test_resume_warns_about_dropped_garbage_lines(tmp_path, caplog):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"iteration": 1}\ngarbage\n{"iteration": 2}\n[1, 2\n{"iteration": 3}\n')
+    with caplog.at_level("WARNING"):
+        JsonlLogger(path, resume_from_iteration=2).finish()
+    assert [r["iteration"] for r in read_jsonl(path)] == [1, 2]
+    (msg,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert msg == f"{path}: dropped 2 unreadable line(s) (line 2, 4) while rewinding to iteration 2"

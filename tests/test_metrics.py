@@ -13,7 +13,7 @@ from dadam3.metrics.fidelity import fidelity_metrics
 from dadam3.metrics.spec import FidelitySpec
 
 import is_formula
-
+from trainer_runs import cli
 
 # ---------------------------------------------------------------- consensus distance
 
@@ -213,3 +213,14 @@ def test_pipeline_through_torch_fidelity_with_untrained_inception(tmp_path, monk
     assert 1.0 - 1e-9 <= out["is_mean"] <= 1008  # torch-fidelity's IS uses 1008 logits
     assert sum(s[0] for _, s in seen) == 4 + 2
     assert all(dtype == torch.uint8 and shape[1:] == (3, 28, 28) for dtype, shape in seen)
+
+
+def test_garbage_inception_weights_stop_the_run_at_start(tmp_path):
+    garbage = tmp_path / "inception.pth"
+    garbage.write_bytes(b"not weights" * 100)
+    r = cli("dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "loop.batch_size=2", "device=cpu",
+            "metrics.inception=true", "metrics.every=2", f"metrics.inception_weights={garbage}", "loop.iterations=2",
+            "loop.progress=false", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith(f"error: metrics.inception_weights={garbage}: not torch-fidelity's Inception weights")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

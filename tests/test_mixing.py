@@ -94,7 +94,7 @@ def test_cuda_float32_gossip_is_not_tf32(matmul_precision):
     assert matmul_precision.fp32_precision == "tf32"
 
 
-# ---- the stencil kernel (dadam3.gossip_stencil) ---------------------------------------------
+# ---- the stencil kernel (dadam3.mixing.stencil_mix) ------------------------------------------
 
 def _random_rows(M, P=7, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -172,7 +172,7 @@ def test_matmul_mix_moves_the_bytes_floor(name):
     assert floor <= census.bytes <= floor + M * M * 4
 
 
-def test_compiled_stencil_is_one_fused_kernel_and_equal_in_float64():
+def test_compiled_stencil_is_one_generated_kernel_and_equal_in_float64():
     """What CUDA runs (torch.compile of the stencil), compiled here for the CPU: one generated
     kernel per flat buffer (each row read once, written once), equal to the matmul."""
     from torch._inductor import metrics

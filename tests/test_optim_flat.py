@@ -3,7 +3,7 @@
 ``reference_optim`` is the optimizer code of commit 1e7f3a7 verbatim (one tensor at a
 time, a matmul per tensor per gossip round). The flat path (parameters, gradients and state
 as views of ``[n, P]`` buffers) with its CPU default (the same math compiled by numba), its
-eager torch form, its fused form (``compile=True``: ``torch.compile`` of the same ``update``)
+eager torch form, its compiled form (``compile=True``: ``torch.compile`` of the same ``update``)
 and the joint step of two optimizers (:func:`step_together`, one mixer call
 per round for both) must give the same parameters and state, on several parameter tensors
 of different shapes, a maximising group, a time-varying topology and changing gradients.
@@ -92,13 +92,13 @@ def test_numba_step_equals_eager_torch_step(name):
     """The CPU's default update (numba) and the eager torch update of the same ``direction``."""
     params, opt = run_flat(name)
     ref_params, ref = run_flat(name, eager=True)
-    assert opt.fusion == "numba"
+    assert opt.engine == "numba"
     for p, q in zip(params, ref_params):
         torch.testing.assert_close(p, q, rtol=1e-14, atol=1e-15)
         for key, value in opt.state[p].items():
             torch.testing.assert_close(value, ref.state[q][key], rtol=1e-14, atol=1e-15)
     params32, opt32 = run_flat(name, dtype=torch.float32)      # float32 buffers: numba computes in float32/64
-    assert opt32.fusion == "numba"
+    assert opt32.engine == "numba"
     for p, q in zip(params32, ref_params):
         torch.testing.assert_close(p.double(), q, rtol=1e-5, atol=1e-6)
 
@@ -106,7 +106,7 @@ def test_numba_step_equals_eager_torch_step(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["dadam3", "dp_oadam", "oadagrad"])
 def test_compiled_step_equals_eager_step(name):
-    """compile=True fuses each round's phase into one kernel; changing scalars (beta1_k, bias
+    """compile=True compiles each round's phase into one kernel; changing scalars (beta1_k, bias
     corrections, read from the scalars tensor) do not recompile it."""
     from torch._dynamo.utils import counters
     ref_params, ref = run_reference(name, "ring", steps=3)
@@ -183,3 +183,15 @@ def test_views_survive_checkpoints_and_replaced_tensors():
     opt.flat[0].sync()
     assert same_memory(params[0], opt.flat[0].views(opt.flat[0].param_buf)[0])
     assert float(params[0].detach().abs().sum()) == 0.0
+
+
+def test_tensors_without_memory_step_eagerly():
+    """Fake tensors (the fake-CUDA checks) and meta tensors have no memory for numba or a
+    compiled kernel: the optimizer picks the eager update for them, numba for real CPU ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        fake = [torch.zeros(M, 3, requires_grad=True)]
+        assert build_optimizer("dadam3", fake, None, start=False).engine == "eager"
+    meta = [torch.zeros(M, 3, device="meta", requires_grad=True)]
+    assert build_optimizer("dadam3", meta, None, start=False).engine == "eager"
+    assert build_optimizer("dadam3", [torch.zeros(M, 3, requires_grad=True)], None).engine == "numba"

@@ -24,7 +24,6 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
 from dadam3.mixing import LocalMixer
-from dadam3.optim import build_optimizer
 from dadam3.optim.base import LR, NodeOptimizer
 from dadam3.optim.skeletons import PARAMS, Round, into_own
 from dadam3.topology import build_topology
@@ -83,7 +82,7 @@ def test_a_third_skeleton_by_hand_on_every_torch_path():
     y2 = W @ (y1 + np.array([2.0, 1.0]) - [1.0, -2.0])
     x2 = W @ (x1 - 0.1 * y2)
     numba_opt, numba_x = two_node_run(None)
-    assert numba_opt.fusion == "numba"
+    assert numba_opt.engine == "numba"
     np.testing.assert_allclose(numba_x, x2, rtol=1e-14)
     _, eager_x = two_node_run(lambda opt: type(opt).update)
     np.testing.assert_allclose(eager_x, x2, rtol=1e-14)
@@ -95,8 +94,8 @@ def test_a_third_skeleton_runs_the_synthetic_game(monkeypatch):
     assert kernel_for(GTSGD) is not None
     every = np.arange(1, 201)
     kw = dict(nodes=4, iterations=200, seed=1, topology={"name": "one_peer_exponential"}, log_its=every)
-    ref = run_synthetic(SyntheticGame(), "gt_sgd", {"lr": 1e-3}, backend="torch", **kw)
-    fast = run_synthetic(SyntheticGame(), "gt_sgd", {"lr": 1e-3}, backend="kernel", **kw)
+    ref = run_synthetic(SyntheticGame(), "gt_sgd", {"lr": 1e-3}, engine="torch", **kw)
+    fast = run_synthetic(SyntheticGame(), "gt_sgd", {"lr": 1e-3}, engine="numba", **kw)
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)
     assert not np.allclose(ref.error, ref.error[0])

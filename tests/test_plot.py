@@ -8,7 +8,7 @@ import pytest
 
 from dadam3.plot import seed_series
 
-from trainer_runs import ROOT
+from trainer_runs import ROOT, one_line
 
 
 def _run(dir_, records):
@@ -35,7 +35,8 @@ def seeds(tmp_path):
 
 def test_seed_series_is_mean_and_sample_std_at_the_common_iterations(seeds):
     x, mean, std = seed_series(list(seeds), "is_mean")
-    assert x.tolist() == [10, 20] and mean.tolist() == [3.0, 4.0] and np.allclose(std, [2 ** 0.5, 2 ** 0.5])   # sample SD (n − 1)
+    assert x.tolist() == [10, 20] and mean.tolist() == [3.0, 4.0]
+    assert np.allclose(std, [2 ** 0.5, 2 ** 0.5])                               # the sample SD (n − 1)
 
 
 def test_summary_table_holds_the_last_values_over_seeds(seeds, tmp_path):
@@ -109,3 +110,26 @@ def test_json_lines_that_are_not_records_are_one_line(tmp_path, line, says, figu
     r = _plot(figure, "--run", f"A={d}", "--out", str(out))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith(f"error: {d / 'metrics.jsonl'}: ") and says in r.stderr, r.stderr
+
+
+def test_plot_refuses_bad_inputs_an_unwritable_out_and_a_missing_metric(tmp_path):
+    empty, header, corrupt, good = (tmp_path / n for n in ("empty", "header", "corrupt", "good"))
+    for d in (empty, header, corrupt, good):
+        d.mkdir()
+    (empty / "metrics.csv").write_text("")
+    (header / "metrics.csv").write_text("iteration,error,avg_grad_sq_norm\n")
+    (corrupt / "metrics.jsonl").write_text('{"iteration": 1}\nnot json\n')
+    (good / "metrics.jsonl").write_text('{"iteration": 1, "loss_d": 0.5, "status": "running"}\n')
+    out = tmp_path / "o.png"
+    cases = [(("fig1", "--run", f"a={empty}"), f"error: {empty / 'metrics.csv'}: no rows"),
+             (("fig1", "--run", f"a={header}"), f"error: {header / 'metrics.csv'}: no rows"),
+             (("toy", "--run", f"a={corrupt}"), f"error: {corrupt / 'metrics.jsonl'}: not a metrics.jsonl"),
+             (("toy", "--run", f"a={good}"), f"error: {good / 'metrics.jsonl'} (--run a): no record has modes_covered"),
+             (("is", "--run", f"a={good}", "--out", str(tmp_path / "afile" / "x.png")), None)]
+    (tmp_path / "afile").write_text("x")
+    for args, start in cases:
+        r = _plot(*args, *(() if "--out" in args else ("--out", str(out))))
+        assert r.returncode == 2, (args, r.stderr)
+        one_line(r.stderr, start or f"error: --out={tmp_path / 'afile' / 'x.png'}: its directory exists and is not a "
+                                    "directory")
+        assert not out.exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,15 +22,19 @@ import torch
 
 from dadam3.checkpoint import checkpoint_path, load
 from dadam3.distributed import DistributedMixer, node_blocks
+from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.run_logging import read_jsonl
+from dadam3.schema import train_settings
 from dadam3.topology import build_topology
+from dadam3.train import build_trainer
 
 from test_distributed_mixing import _free_port, _launch, _node_rows
-from trainer_runs import train
+from trainer_runs import SMALL, config, one_line, train
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 CASES = [(M, name, kw, t) for M in (5, 7) for name, kw in (("ring", {}), ("erdos_renyi", {"p": 0.5, "seed": 1}),
                                                           ("one_peer_exponential", {})) for t in (1, 2)]
 SHAPES = [(), (3, 5), (33,)]
@@ -139,7 +144,8 @@ def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(
     last = read_jsonl(run / "metrics.jsonl")[-1]
     assert last["status"] == "interrupted"
     if sig == signal.SIGKILL:
-        assert "peer failure" in last["reason"] and f"during training iteration {last['iteration'] + 1}" in last["reason"]
+        assert "peer failure" in last["reason"]
+        assert f"during training iteration {last['iteration'] + 1}" in last["reason"]
     else:
         assert load(checkpoint_path(run))["iteration"] == last["iteration"]
 
@@ -155,3 +161,48 @@ def test_a_rank_that_starts_alone_says_so_in_one_line_without_cpp_frames(tmp_pat
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: rank 1: the process group of 2 ranks did not form"), \
         r.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_ranks_with_different_configs_stop_before_training(tmp_path):
+    run = tmp_path / "run"
+    r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *SMALL,
+                        "seed='${oc.decode:${oc.env:RANK}}'", "backend=distributed", "distributed.timeout_s=60",
+                        f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode != 0
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert lines == ["error: seed=1: rank 1 was started with this but rank 0 with seed=0: every rank must run "
+                     "the same config"], r.stderr[-3000:]
+    assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_an_occupied_master_port_is_named_and_the_timeout_is_the_real_one(tmp_path):
+    with socket.socket() as held:                      # another program listens on MASTER_PORT
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        port = held.getsockname()[1]
+        env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+        args = [sys.executable, "-m", "dadam3.train", *SMALL, "backend=distributed", "distributed.timeout_s=5"]
+        procs, start = [], time.monotonic()
+        for rank in (0, 1):
+            procs.append(subprocess.Popen(args + [f"hydra.run.dir={tmp_path / str(rank)}"], cwd=ROOT, text=True,
+                                          env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        outs, ends = [], []
+        for p in procs:
+            outs.append(p.communicate(timeout=120)[1])
+            ends.append(time.monotonic() - start)
+    assert procs[0].returncode == 2
+    one_line(outs[0], f"error: MASTER_PORT={port}: rank 0 cannot listen on 127.0.0.1:{port}: it is in use")
+    assert procs[1].returncode == 3 and "did not form within timeout_s=5" in outs[1], outs[1]
+    # rank 0 fails as the rendezvous starts; rank 1 gives up after timeout_s (+ the watchdog's 1 s slack)
+    assert ends[1] - ends[0] < 5 + 4, ends
+
+
+def test_torchrun_without_backend_distributed_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(ConfigError, match=r"^backend=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
+                                          r"torchrun\): set backend=distributed"):
+        build_trainer(train_settings(config(SMALL)), tmp_path / "run")

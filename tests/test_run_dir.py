@@ -1,9 +1,11 @@
-"""Issue 26 items 1, 3 and the run-directory part of 14: a resume continues only a checkpoint in
-its own run's checkpoints/ (run ids), overwrite=true deletes nothing unless it can delete
-everything, and a refused or resumed run leaves no directory of its own behind. Each test
-failed before its fix."""
+"""The run directory (:mod:`dadam3.run_dir`): a resume continues only a checkpoint in its own
+run's checkpoints/ (run ids); one run per directory (a live writer's lock; overwrite=true, which
+deletes nothing unless it can delete everything); every check before any write (a refused run
+leaves the directory as it was, and no directory of its own); stray temporaries and file modes."""
+import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,19 +14,29 @@ import pytest
 
 from dadam3.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
 from dadam3.errors import ConfigError
+from dadam3.run_dir import LOCK_FILE, open_run_dir
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
 from dadam3.train import build_trainer
 
-from trainer_runs import ROOT, TOY, config, train
+from trainer_runs import ROOT, SMALL, TOY, cli, config, one_line, train
 
 FAST = ["experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8", "loop.progress=false",
         "loop.log_every=2", "metrics.every=0"]
 
 
+def no_wandb_login(tmp_path):
+    """An environment in which W&B has no login."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "c"), WANDB_DIR=str(tmp_path / "d"),
+               WANDB_SILENT="true", NETRC=str(tmp_path / "netrc"))
+    return env
+
+
 def snapshot(run):
     """Every file of a directory (but the lock) and its bytes."""
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
 
 
 def run_cli(*args, cwd=ROOT):
@@ -39,7 +51,7 @@ def resume(overrides, run_dir, dir_named=False):
 
 # ---------------------------------------------------------------- 1: only a run's own checkpoint continues it
 
-def test_1_a_checkpoint_that_is_not_its_runs_own_is_refused_and_touches_nothing(tmp_path):
+def test_a_checkpoint_that_is_not_its_runs_own_is_refused_and_touches_nothing(tmp_path):
     a, b, scratch = tmp_path / "a", tmp_path / "b", tmp_path / "scratch"
     train(TOY + ["loop.iterations=5"], a)
     train(TOY + ["loop.iterations=4", "seed=1"], b)
@@ -73,7 +85,7 @@ def test_1_a_checkpoint_that_is_not_its_runs_own_is_refused_and_touches_nothing(
     assert load(checkpoint_path(tmp_path / "new"))["run_id"] == read_run_id(tmp_path / "new")
 
 
-def test_1_a_checkpoint_written_before_run_ids_continues_only_in_its_own_run(tmp_path):
+def test_a_checkpoint_written_before_run_ids_continues_only_in_its_own_run(tmp_path):
     """Decided for old checkpoints (no run id): accepted in <run>/checkpoints/ of a run without an
     id whose metrics.jsonl is there and whose config_resolved.yaml is the checkpoint's config."""
     run = tmp_path / "run"
@@ -94,14 +106,15 @@ def test_1_a_checkpoint_written_before_run_ids_continues_only_in_its_own_run(tmp
 
 
 @pytest.mark.slow
-def test_1_the_cli_refuses_a_backup_checkpoint_and_continues_it_only_where_named(tmp_path):
+def test_the_cli_refuses_a_backup_checkpoint_and_continues_it_only_where_named(tmp_path):
     run = tmp_path / "run"
     assert run_cli(*FAST, "loop.iterations=3", f"hydra.run.dir={run}").returncode == 0
     (run / "backup").mkdir()
     shutil.copy(checkpoint_path(run), run / "backup" / "it3.pt")
     before = snapshot(run)
     r = run_cli("loop.iterations=5", f"resume={run / 'backup' / 'it3.pt'}", cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(f"error: resume={run}/backup/it3.pt: "), r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2 and last.startswith(f"error: resume={run}/backup/it3.pt: "), r.stderr
     assert "Traceback" not in r.stderr and snapshot(run) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]          # no outputs/ left behind
     r = run_cli("loop.iterations=5", f"resume={run / 'backup' / 'it3.pt'}", f"hydra.run.dir={tmp_path / 'new'}")
@@ -111,7 +124,7 @@ def test_1_the_cli_refuses_a_backup_checkpoint_and_continues_it_only_where_named
 
 # ---------------------------------------------------------------- 3: overwrite=true checks before deleting
 
-def test_3_overwrite_deletes_nothing_when_a_subdirectory_is_a_symlink(tmp_path):
+def test_overwrite_deletes_nothing_when_a_subdirectory_is_a_symlink(tmp_path):
     run, elsewhere = tmp_path / "run", tmp_path / "other_disk"
     train(TOY + ["loop.iterations=3"], run)
     shutil.move(run / "checkpoints", elsewhere)
@@ -124,7 +137,7 @@ def test_3_overwrite_deletes_nothing_when_a_subdirectory_is_a_symlink(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may delete in any directory")
-def test_3_overwrite_deletes_nothing_when_a_subdirectory_is_read_only(tmp_path):
+def test_overwrite_deletes_nothing_when_a_subdirectory_is_read_only(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     os.chmod(run / "samples", 0o555)
@@ -139,7 +152,7 @@ def test_3_overwrite_deletes_nothing_when_a_subdirectory_is_read_only(tmp_path):
 
 # ---------------------------------------------------------------- 14: directories left behind
 
-def test_14_overwrite_deletes_the_old_runs_provenance_and_job_log(tmp_path):
+def test_overwrite_deletes_the_old_runs_provenance_and_job_log(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     (run / ".hydra" / "resumed_00000003").mkdir(parents=True)
@@ -152,7 +165,7 @@ def test_14_overwrite_deletes_the_old_runs_provenance_and_job_log(tmp_path):
 
 
 @pytest.mark.slow
-def test_14_refused_and_resumed_runs_leave_no_directory_of_their_own(tmp_path):
+def test_refused_and_resumed_runs_leave_no_directory_of_their_own(tmp_path):
     r = run_cli(*FAST, "loop.iterations=2", "resume=/nonexistent/run", f"hydra.run.dir={tmp_path / 'new' / 'deep'}")
     assert r.returncode == 2 and "error: resume=/nonexistent/run: no checkpoint" in r.stderr, r.stderr
     assert not (tmp_path / "new").exists()                  # Hydra made it; the refusal removed it again
@@ -175,7 +188,7 @@ def test_14_refused_and_resumed_runs_leave_no_directory_of_their_own(tmp_path):
 
 
 @pytest.mark.slow
-def test_14_a_failed_wandb_start_leaves_no_directory_and_no_lock(tmp_path):
+def test_a_failed_wandb_start_leaves_no_directory_and_no_lock(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "c"), WANDB_DIR=str(tmp_path / "d"),
                WANDB_SILENT="true", NETRC=str(tmp_path / "netrc"), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -184,3 +197,110 @@ def test_14_a_failed_wandb_start_leaves_no_directory_and_no_lock(tmp_path):
                         f"hydra.run.dir={fresh}"], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert r.returncode == 2 and "wandb cannot start" in r.stderr, r.stderr[-2000:]
     assert not fresh.exists(), sorted(fresh.rglob("*"))        # was: a directory holding only .lock
+
+
+def test_second_fresh_run_into_a_directory_is_refused_then_overwrite_allows_it(tmp_path):
+    run = tmp_path / "run"
+    assert cli(*TOY, "loop.iterations=2", "seed=0", f"hydra.run.dir={run}").returncode == 0
+    before = (run / "metrics.jsonl").read_bytes()
+    r = cli(*TOY, "loop.iterations=2", "seed=1", f"hydra.run.dir={run}")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith(f"error: hydra.run.dir={run}: holds another run's files (metrics.jsonl, checkpoints")
+    assert "resume=" in r.stderr and "overwrite=true" in r.stderr
+    assert (run / "metrics.jsonl").read_bytes() == before              # nothing lost
+    assert cli(*TOY, "loop.iterations=2", "seed=1", "overwrite=true", f"hydra.run.dir={run}").returncode == 0
+    assert load(checkpoint_path(run))["config"]["seed"] == 1
+    assert len(read_jsonl(run / "metrics.jsonl")) == 2
+
+
+def test_a_live_writer_holds_the_directory(tmp_path):
+    (tmp_path / LOCK_FILE).write_text("4242\n")
+    with open(tmp_path / LOCK_FILE, "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)        # as a running process does
+        with pytest.raises(ConfigError, match=r"another run \(pid 4242\) is writing into this directory"):
+            open_run_dir(tmp_path, None, {})
+    rd = open_run_dir(tmp_path, None, {})                               # released: free again
+    assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    rd.release()
+
+
+def test_stray_checkpoint_temporaries_are_removed_and_modes_follow_the_umask(tmp_path):
+    run = tmp_path / "run"
+    train(TOY + ["loop.iterations=3"], run)
+    stray = run / "checkpoints" / ".last.pt.abc123.tmp"
+    stray.write_bytes(b"x" * 1000)
+    old = os.umask(0o022)
+    try:
+        train(TOY + ["loop.iterations=4", f"resume={run}"], tmp_path / "x")
+    finally:
+        os.umask(old)
+    assert not stray.exists()
+    for f in (checkpoint_path(run), run / "metrics.jsonl"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
+@pytest.mark.slow
+def test_a_failed_wandb_start_touches_nothing(tmp_path):
+    """1: a resume whose W&B cannot log in left the log rewound (finished record and the last
+    off-grid record gone); 4: a fresh run's failed W&B start left an empty metrics.jsonl."""
+    run = tmp_path / "a"
+    base = ["experiment=toy_gaussians", "metrics.every=0", "loop.progress=false", "loop.log_every=20"]
+    assert cli(*base, "loop.iterations=30", f"hydra.run.dir={run}").returncode == 0
+    before = snapshot(run)
+    env = no_wandb_login(tmp_path)
+    r = cli(*base, "loop.iterations=40", "logger=wandb", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}", env=env)
+    assert r.returncode == 2, r.stderr
+    one_line(r.stderr, "error: logger.mode=online: wandb cannot start")
+    assert snapshot(run) == before                      # the log still ends "finished" at 30
+    fresh = tmp_path / "fresh"
+    r = cli(*base, "loop.iterations=2", "logger=wandb", f"hydra.run.dir={fresh}", env=env)
+    assert r.returncode == 2 and not fresh.exists() or snapshot(fresh) == {}, sorted(fresh.rglob("*"))
+    assert cli(*base, "loop.iterations=2", f"hydra.run.dir={fresh}").returncode == 0    # the corrected re-run
+
+
+def test_overwrite_deletes_nothing_before_the_config_is_checked(tmp_path):
+    run = tmp_path / "b"
+    assert cli(*SMALL, f"hydra.run.dir={run}").returncode == 0
+    before = snapshot(run)
+    r = cli(*SMALL, "overwrite=true", "dataset.partition=spilt",
+            f"hydra.run.dir={run}")
+    assert r.returncode == 2
+    one_line(r.stderr, "error: dataset.partition=spilt: unknown value")
+    assert snapshot(run) == before
+
+
+def test_a_refused_run_leaves_the_runs_provenance_and_log(tmp_path):
+    run = tmp_path / "run"
+    assert cli(*SMALL, "seed=0", f"hydra.run.dir={run}").returncode == 0
+    assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()
+    before = snapshot(run)
+    r = cli(*SMALL, "seed=1", f"hydra.run.dir={run}")            # refused: holds another run's files
+    assert r.returncode == 2 and snapshot(run) == before
+    held = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'a+'); "
+                             "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                             str(run / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert held.stdout.readline().strip() == "held"
+        r = cli(*SMALL, "seed=2", "overwrite=true", f"hydra.run.dir={run}")   # refused by a live lock
+        assert r.returncode == 2 and "is writing into this directory" in r.stderr
+    finally:
+        held.kill()
+        held.wait()
+    assert snapshot(run) == before
+    assert cli(*SMALL, "loop.iterations=5", f"resume={run}", f"hydra.run.dir={tmp_path / 'y'}").returncode == 0
+    assert (run / ".hydra" / "config.yaml").read_bytes() == before[".hydra/config.yaml"]
+    assert (run / ".hydra" / "resumed_00000003" / "overrides.yaml").is_file()
+
+
+def test_unusable_paths_are_one_line_before_anything(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = cli(*SMALL, f"hydra.run.dir={afile}/sub")
+    assert r.returncode == 2
+    one_line(r.stderr, f"error: hydra.run.dir={afile}/sub: cannot be created: {afile} is not a directory")
+    images = ["dataset=fake", "dataset.length=64", "model.width=0.03125", "nodes=2", "loop.batch_size=2", "device=cpu",
+              "loop.progress=false", "loop.iterations=2", "metrics.every=1", "metrics.fid=true", "metrics.samples=10"]
+    r = cli(*images, f"metrics.cache_dir={afile}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2
+    one_line(r.stderr, f"error: metrics.cache_dir={afile}: exists and is not a directory")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -12,6 +12,9 @@ import torch
 from dadam3.errors import ConfigError
 from dadam3.run_logging import (JsonlLogger, MultiLogger, WandbLogger, build_logger,
                                 progress, read_jsonl)
+from dadam3.schema import train_settings
+
+from trainer_runs import TOY, cli, config
 
 
 def _strict_lines(path):
@@ -191,3 +194,21 @@ def test_wandb_disabled_mode_writes_nothing(wandb_env):
     lg.log_images("samples", torch.zeros(2, 1, 4, 4), step=0)
     lg.finish()
     assert not (wandb_env / "run" / "wandb").exists()
+
+
+def test_wandb_mode_comes_from_the_environment_unless_the_config_sets_it(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert train_settings(config(TOY + ["logger=wandb"])).logger.mode == "offline"
+    assert train_settings(config(TOY + ["logger=wandb", "logger.mode=disabled"])).logger.mode == "disabled"
+    monkeypatch.delenv("WANDB_MODE")
+    assert train_settings(config(TOY + ["logger=wandb"])).logger.mode == "online"
+
+
+@pytest.mark.slow
+def test_wandb_without_login_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "c"), WANDB_DIR=str(tmp_path / "d"),
+               WANDB_SILENT="true", NETRC=str(tmp_path / "netrc"))
+    r = cli(*TOY, "loop.iterations=2", "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}", env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: logger.mode=online: wandb cannot start") and "wandb login" in r.stderr

@@ -10,7 +10,7 @@ from dadam3.config import CONFIG_DIR, group_choices
 from dadam3.errors import ConfigError
 from dadam3.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run_dir import check_run_dir
-from dadam3.schema import (SyntheticConfig, TrainConfig, compose, may_change_on_resume, synthetic_settings,
+from dadam3.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
                            train_settings)
 from dadam3.schema.groups import GROUPS
 
@@ -127,6 +127,6 @@ def test_no_yaml_repeats_a_default_of_its_schema():
             defaults = {f.name: f.default for f in fields(options[schema])}
             assert set(yaml) <= set(defaults), path
             assert not [k for k, v in yaml.items() if v == defaults[k]], path
-    for name, cls in (("train", TrainConfig), ("synthetic", SyntheticConfig)):
+    for name in ("train", "synthetic"):
         assert set(OmegaConf.load(CONFIG_DIR / f"{name}.yaml")) == {"defaults", "hydra"}
     assert set(OmegaConf.load(CONFIG_DIR / "loop" / "default.yaml")) == {"defaults"}

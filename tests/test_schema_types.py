@@ -18,8 +18,9 @@ from dadam3.schema import compose, synthetic_settings, train_settings
 from dadam3.schema.fields import Choice, Int, Num, OptionName, boolean, matrix_rows, text
 from dadam3.schema.groups import GROUPS, divisor
 from dadam3.schema.runs import SyntheticConfig, TrainConfig
+from dadam3.train import build_trainer
 
-from trainer_runs import ROOT
+from trainer_runs import ROOT, TOY, config
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}
 SETTINGS = {"train": train_settings, "synthetic": synthetic_settings}
@@ -27,6 +28,8 @@ SETTINGS = {"train": train_settings, "synthetic": synthetic_settings}
 BASE = {("dataset", "gaussians"): ["model=mlp"], ("model", "mlp"): ["dataset=gaussians"],
         ("optimizer", "adam3"): ["nodes=1"]}
 
+FAKE = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2", "loop.batch_size=2",
+        "device=cpu", "loop.progress=false"]
 NUMBER = ["abc", "[1,2]", "{a: 1}", "true"]
 WRONG = {"int": ["1.5", *NUMBER], "float": NUMBER, "bool": ["abc", "1", "[true]", "{a: 1}"],
          "str": ["[1,2]", "{a: 1}"], "matrix": ["abc", "[1,2]", "[[a,b]]", "{a: 1}", "[[true]]"]}
@@ -66,7 +69,7 @@ def cases(entry: str):
         for option in group_choices(group if group != "optimizer" else "optimizer"):
             base = [f"{group}={option}", *BASE.get((group, option), [])]
             if group == "optimizer":
-                for key, hp in optimizer_spec(option).cls.HPARAMS.items():
+                for key in optimizer_spec(option).cls.HPARAMS:
                     if (group, key) not in seen:
                         seen.add((group, key))
                         out += [(base, f"optimizer.{key}", v) for v in WRONG["float"]]
@@ -108,7 +111,8 @@ def test_the_walk_covers_every_group_and_node():
     keys = {key.split(".")[0] for _, key, _ in cases("train")}
     assert {"dataset", "model", "optimizer", "topology", "logger", "loop", "metrics", "cuda", "distributed",
             "nodes", "seed", "threads"} <= keys
-    assert {"game", "optimizer", "topology", "nodes", "overwrite"} <= {key.split(".")[0] for _, key, _ in cases("synthetic")}
+    synthetic_keys = {key.split(".")[0] for _, key, _ in cases("synthetic")}
+    assert {"game", "optimizer", "topology", "nodes", "overwrite"} <= synthetic_keys
     assert {"topology.rows", "topology.matrix", "dataset.modes", "model.hidden", "logger.project"} <= \
         {key for _, key, _ in cases("train")}
 
@@ -149,3 +153,49 @@ def test_the_same_keys_at_their_defaults_are_accepted():
     s = train_settings(compose("train", ["experiment=toy_gaussians", "cuda.channels_last=false",
                                          "metrics.fid=false", "model.data_dim=2"]))
     assert s.device == "cpu" and not s.metrics.fid
+
+
+@pytest.mark.parametrize("args, start", [
+    (["model.hidden=0"], "model.hidden=0: must be an integer >= 1"),
+    (["model.hidden=-1"], "model.hidden=-1: must be an integer >= 1"),
+    (["model.hidden=1.5"], "model.hidden=1.5: must be an integer >= 1"),
+    (["topology=torus", "nodes=7"], "topology=torus: nodes=7 has no factorisation"),
+    (["topology=torus", "nodes=6", "topology.rows=1.5"], "topology.rows=1.5: must be an integer divisor of nodes=6"),
+    (["optimizer.lr=inf"], "optimizer.lr=inf: must be a finite number"),
+])
+def test_values_that_were_accepted_silently(tmp_path, args, start):
+    with pytest.raises(ConfigError) as e:
+        build_trainer(train_settings(config(TOY + ["loop.iterations=2", *args])), tmp_path)
+    assert str(e.value).startswith(start), str(e.value)
+
+
+@pytest.mark.parametrize("args, start", [
+    (["+topology.p=0.3"], "topology.p=0.3: means nothing for topology=ring (its keys: name, rounds)"),
+    (["+topology.foo=1"], "topology.foo=1: means nothing for topology=ring"),
+    (["+model.foo=1"], "model.foo=1: means nothing for model=mlp"),
+    (["+dataset.alpha=0.1"], "dataset.alpha=0.1: means nothing for dataset=gaussians"),
+    ([*FAKE, "dataset.alpha=0.1"], "dataset.alpha=0.1: only used with dataset.partition=dirichlet"),
+    (["distributed.timeout_s=60"], "distributed.timeout_s=60.0: only used with backend=distributed"),
+    (["+metrics.evry=5"], "metrics.evry=5: unknown key; did you mean every?"),
+    (["+optimzer.lr=1"], "optimzer={'lr': 1}: unknown key; did you mean optimizer?"),
+    (["+foo=1"], "foo=1: unknown key"),
+    (["topology=explicit", "nodes=2", "topology.matrix=[[0.5,0.5],[0.5,0.5]]", "topology.require_symmetric=yes"],
+     "topology.require_symmetric=yes: must be true or false"),
+    ([*FAKE, "+model.bias_before_norm=yes"], "model.bias_before_norm=yes: must be true or false"),
+    (["model.nz=true"], "model.nz=True: must be an integer >= 1"),
+    (["optimizer.lr=true"], "optimizer.lr=True: must be a number"),
+    (["seed=18446744073709551616"], "seed=18446744073709551616: must be an integer in [0, 4294967295]"),
+    (["topology=erdos_renyi", "topology.seed=-1"], "topology.seed=-1: must be an integer in [0, 4294967295]"),
+    (["topology=erdos_renyi", "topology.seed=1.5"], "topology.seed=1.5: must be an integer"),
+    (["backend=distributed", "distributed.timeout_s=1e300"], "distributed.timeout_s=1e+300: must be in (0, 3.1536e+07]"),
+    (["threads=100000"], "threads=100000: must be an integer in [1, 1024]"),
+    ([*FAKE, "metrics.inception=true", "metrics.samples=5"],
+     "metrics.samples=5: must be >= 10"),
+    (["optimizer.eps=0"], "optimizer.eps=0: must be in (0, inf): the first step divides a zero gradient"),
+])
+def test_values_that_crashed_or_were_accepted(tmp_path, args, start):
+    base = [] if args[:len(FAKE)] == FAKE else TOY
+    with pytest.raises(ConfigError) as e:
+        build_trainer(train_settings(config(base + ["loop.iterations=2", *args])), tmp_path / "run")
+    assert str(e.value).startswith(start) and "\n" not in str(e.value), str(e.value)
+    assert not (tmp_path / "run").exists()

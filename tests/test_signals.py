@@ -10,11 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from dadam3.checkpoint import checkpoint_path
+from dadam3.checkpoint import checkpoint_path, load
 from dadam3.run_logging import read_jsonl
 
-from trainer_runs import ROOT, TOY, cli
+from trainer_runs import ROOT, TOY, cli, train, without_time
 
 LONG = [*TOY, "metrics.every=0", "loop.sample_every=100000", "loop.checkpoint_every=100000", "loop.log_every=1",
         "loop.iterations=100000"]
@@ -126,7 +127,8 @@ def test_a_second_signal_later_stops_at_once_with_a_record(tmp_path):
     (["loop.batch_size=100000000"], "error: loop.batch_size=100000000: the run needs at least"),
     (["model.hidden=100000000"], "error: model.hidden=100000000: the run needs at least"),
     (["loop.n_critic=1000000000"], "error: loop.n_critic=1000000000: must be an integer in [1, 1000]"),
-    (["topology=torus", "nodes=4", "topology.rows=abc"], "error: topology.rows=abc: must be an integer divisor of nodes, or null (the most square factorisation)"),
+    (["topology=torus", "nodes=4", "topology.rows=abc"],
+     "error: topology.rows=abc: must be an integer divisor of nodes, or null (the most square factorisation)"),
 ])
 def test_values_that_cannot_fit_or_never_end_are_one_line_before_anything(tmp_path, args, start):
     run = tmp_path / "run"
@@ -144,3 +146,37 @@ def test_the_memory_estimate_counts_the_nets_on_the_meta_device():
     params, acts = net_costs("mlp", 10, {"hidden": 4, "nz": 3}, {})
     assert params == sum(p.numel() for net in (G, D) for p in net.parameters())
     assert net_costs("mlp", 20, {"hidden": 4, "nz": 3}, {}) == (params, 2 * acts) and acts >= 10 * (4 + 4 + 2 + 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_stops_and_resumes_bit_identically(tmp_path, signum):
+    run = tmp_path / "run"
+    args = [*TOY, "loop.checkpoint_every=1000", "threads=1"]
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.train", *args, "loop.iterations=100000",
+                          f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "metrics.jsonl").exists() or \
+            len(read_jsonl(run / "metrics.jsonl")) < 3:
+        assert p.poll() is None, p.stderr.read()
+        time.sleep(0.05)
+    p.send_signal(signum)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signum, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"stopped: {signal.Signals(signum).name} after iteration ")
+    assert f"resume={run}" in lines[0]
+    k = int(lines[0].split("after iteration ")[1].split(";")[0])
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and last["iteration"] == k
+    assert load(checkpoint_path(run))["iteration"] == k
+
+    total = k + 5
+    assert cli(*args, f"loop.iterations={total}", f"resume={run}", f"hydra.run.dir={tmp_path / 'x'}").returncode == 0
+    train([*args, f"loop.iterations={total}"], tmp_path / "full")   # the uninterrupted reference, in this process
+    a, b = load(checkpoint_path(run)), load(checkpoint_path(tmp_path / "full"))
+    for net in ("G", "D"):
+        for name in a[net]:
+            assert torch.equal(a[net][name], b[net][name]), name
+    resumed = [r for r in read_jsonl(run / "metrics.jsonl") if r["status"] != "resumed"]
+    assert without_time(resumed) == without_time(read_jsonl(tmp_path / "full" / "metrics.jsonl"))

@@ -8,6 +8,7 @@ import pytest
 from dadam3.run_logging import read_jsonl
 
 from test_run_dir import FAST, run_cli
+from trainer_runs import SMALL, cli
 
 
 def statuses(sweep_dir):
@@ -15,7 +16,7 @@ def statuses(sweep_dir):
 
 
 @pytest.mark.slow
-def test_2_jobs_resolving_to_one_directory_never_delete_each_others_results(tmp_path):
+def test_jobs_resolving_to_one_directory_never_delete_each_others_results(tmp_path):
     sweep = tmp_path / "sweep"
     r = run_cli("-m", *FAST, "loop.iterations=2", "overwrite=true", "seed=0,1", f"hydra.sweep.dir={sweep}",
                 "hydra.sweep.subdir=same")
@@ -30,7 +31,7 @@ def test_2_jobs_resolving_to_one_directory_never_delete_each_others_results(tmp_
 
 
 @pytest.mark.slow
-def test_13_a_rerun_sweep_skips_finished_jobs_and_resumes_interrupted_ones(tmp_path):
+def test_a_rerun_sweep_skips_finished_jobs_and_resumes_interrupted_ones(tmp_path):
     sweep = tmp_path / "sweep"
     args = [*FAST, "loop.iterations=4"]
     assert run_cli(*args, "seed=0", f"hydra.run.dir={sweep / 's0'}").returncode == 0               # finished
@@ -63,4 +64,20 @@ def test_13_a_rerun_sweep_skips_finished_jobs_and_resumes_interrupted_ones(tmp_p
                                                           (str(sweep / "s1"), "finished")]
     assert jobs[0]["invocation"] != statuses(sweep)[0]["invocation"]
     assert read_jsonl(sweep / "s1" / "metrics.jsonl")[-1]["iteration"] == 6
-    assert sorted(p.name for p in (tmp_path / "more").iterdir()) == ["multirun.yaml", "sweep_status.jsonl"]  # no job dirs
+    assert sorted(p.name for p in (tmp_path / "more").iterdir()) == ["multirun.yaml", "sweep_status.jsonl"]  # no jobs
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_every_job_and_sums_up(tmp_path):
+    r = cli("-m", *SMALL, "loop.gp_lambda=1e308,10", f"hydra.sweep.dir={tmp_path}",
+            "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 1, r.stderr[-3000:]
+    jobs = [json.loads(x) for x in (tmp_path / "sweep_status.jsonl").read_text().splitlines()]
+    assert [(j["job"], j["status"], j["exit"]) for j in jobs] == [(0, "diverged", 3), (1, "finished", 0)]
+    assert jobs[0]["message"].startswith("error: training diverged: NaN/Inf")
+    assert read_jsonl(tmp_path / "1" / "metrics.jsonl")[-1]["status"] == "finished"
+    assert read_jsonl(tmp_path / "0" / "metrics.jsonl")[-1]["status"] == "diverged"
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: sweep: 1 of 2 jobs did not finish (#0 "), r.stderr
+    assert "loop.gp_lambda=1e+308" in last, r.stderr
+    assert ": diverged); see " in last and "sweep_status.jsonl" in last

@@ -53,9 +53,9 @@ def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, r
     n = 400
     every = np.arange(1, n + 1)   # log every iteration: e_k and R_k step by step
     kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
-    ref = run_synthetic(GAME, name, hp, backend="torch", **kw)
+    ref = run_synthetic(GAME, name, hp, engine="torch", **kw)
     monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
-    fast = run_synthetic(GAME, name, hp, backend="kernel", **kw)
+    fast = run_synthetic(GAME, name, hp, engine="numba", **kw)
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
     np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)

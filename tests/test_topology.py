@@ -4,6 +4,10 @@ import pytest
 
 from dadam3 import topology as T
 from dadam3.errors import ConfigError
+from dadam3.schema import train_settings
+from dadam3.train import build_trainer
+
+from trainer_runs import TOY, config
 
 
 def assert_doubly_stochastic(W):
@@ -175,7 +179,20 @@ def test_nearly_stochastic_w_gives_the_exact_w_fig1_result():
     game = SyntheticGame(c=1010.0, k=0.01)
     hp = {"lr": 1e-3, "beta1": 0.9, "beta2": 1.0 / (1.0 + 1010.0 ** 2)}
     hp = {k: v for k, v in hp.items() if k in optimizer_spec("dadam3").check_hparams({})}
-    exact = run_synthetic(game, "dadam3", hp, 5, 3000, topology="ring", backend="torch")
+    exact = run_synthetic(game, "dadam3", hp, 5, 3000, topology="ring", engine="torch")
     near = run_synthetic(game, "dadam3", hp, 5, 3000, topology={"name": "explicit", "matrix": _ring_off_by(9e-7)},
-                         backend="torch")
+                         engine="torch")
     np.testing.assert_allclose(near.error, exact.error, rtol=1e-12, atol=0)
+
+
+def test_a_topology_file_that_is_no_matrix_is_one_line_before_any_training(tmp_path):
+    garbage = tmp_path / "garbage.npy"
+    garbage.write_bytes(b"\x00\x01garbage" * 10)
+    garbage_csv = tmp_path / "garbage.csv"
+    garbage_csv.write_text("a,b\nc,d\n")
+    for path, says in ((garbage, "not a numeric"), (garbage_csv, "not a")):
+        with pytest.raises(ConfigError) as e:
+            overrides = ["loop.iterations=5", "topology=explicit", f"topology.file={path}", "nodes=2"]
+            build_trainer(train_settings(config(TOY + overrides)), tmp_path / "fresh")
+        assert str(e.value).startswith(f"topology.file={path}: {says}") and "\n" not in str(e.value), str(e.value)
+        assert not (tmp_path / "fresh" / "metrics.jsonl").exists()

@@ -17,7 +17,7 @@ from dadam3.checkpoint import atomic_save, checkpoint_path
 from dadam3.errors import WriteFailed, writing
 from dadam3.run_logging import JsonlLogger, read_jsonl
 
-from trainer_runs import TOY, cli
+from trainer_runs import SMALL, TOY, cli, one_line
 
 BASE = [*TOY, "metrics.every=0"]
 
@@ -201,3 +201,23 @@ def test_job_log_past_the_file_size_limit_is_one_line(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "went on", r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "train.log: not written" in lines[0] and "File too large" in lines[0], r.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path):
+    run = tmp_path / "run"
+    assert cli(*SMALL, "loop.checkpoint_every=1000", f"hydra.run.dir={run}").returncode == 0
+    kept = checkpoint_path(run).read_bytes()
+    limit = len(kept) // 2                            # a checkpoint no longer fits; the log does
+
+    def fsize_limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = cli(*SMALL, "loop.checkpoint_every=1000", "loop.iterations=6", f"resume={run}",
+            f"hydra.run.dir={tmp_path / 'x'}", preexec_fn=fsize_limit)
+    assert r.returncode == 1, r.stderr[-2000:]
+    one_line(r.stderr, f"error: checkpoint not written: {checkpoint_path(run)} after iteration 6 (checkpoint "
+                       "write failed: File too large); the previous checkpoint is kept")
+    assert checkpoint_path(run).read_bytes() == kept
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and last["iteration"] == 6 and "File too large" in last["reason"]

@@ -166,8 +166,8 @@ class DistributedMixer(Mixer):
     def _failure(self, peer: int, kind: str, k: int, r: int, cause: BaseException | None) -> DistributedTimeout:
         b = self.blocks[peer]
         text = "wait returned false" if cause is None else first_line(cause)
-        where = (f"while {'receiving from' if kind == 'recv' else 'sending to'} it at mixing step {k} (the optimizer's count), "
-                 f"gossip round {r + 1}/{self.topology.rounds}")
+        where = (f"while {'receiving from' if kind == 'recv' else 'sending to'} it at mixing step {k} "
+                 f"(the optimizer's count), gossip round {r + 1}/{self.topology.rounds}")
         backend = dist.get_backend(self.group)
         if "closed" in text.lower() or "reset" in text.lower():
             msg = (f"rank {self.rank}: lost rank {peer} (nodes {b.start}..{b.stop - 1}) {where}: it exited or "

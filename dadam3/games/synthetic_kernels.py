@@ -1,6 +1,6 @@
-"""The synthetic game's compiled loop: the optimizers on the 2-D game at ~0.1 us/iteration.
+"""The synthetic game's compiled loop: the optimizers on the 2-D game at under 1 us/iteration.
 
-Fig. 1 needs 10^7 iterations and the torch optimizers cost ~1 ms per iteration there, so the
+Fig. 1 needs 10^7 iterations and the torch optimizers cost 0.3-1 ms per iteration there, so the
 loop over iterations (the game's closed-form operator, the metrics, the gossip with the
 time-varying operators) is compiled by numba. The optimizer is not spelled again: an
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
@@ -15,7 +15,7 @@ parameters (the gradient point) followed by the skeleton's own buffers; ``ops[(m
 iteration m's mixing operator W_m^t.
 
 An algorithm whose math numba cannot compile runs on the game through the torch optimizers
-(``backend=torch``): :func:`kernel_for` returns None for it.
+(``engine=torch``): :func:`kernel_for` returns None for it.
 """
 from __future__ import annotations
 

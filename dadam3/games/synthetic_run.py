@@ -1,12 +1,12 @@
 """Run any optimizer on the synthetic game and record e_k and R_k (Section 5.1).
 
-Two back ends consume the same sample stream and give the same numbers:
+Two engines consume the same sample stream and give the same numbers:
 
 * ``torch``: the optimizers of ``dadam3.optim`` on stacked (theta, alpha) tensors, the
-  gradient of f by autograd, alpha in a ``maximize`` group. ~1 ms per iteration.
-* ``kernel``: the compiled loop of :mod:`dadam3.games.synthetic_kernels` around the
-  optimizer's own math compiled by numba, proven equal to the torch back end in the
-  tests. ~0.1 us per iteration.
+  gradient of f by autograd, alpha in a ``maximize`` group. 0.3-1 ms per iteration.
+* ``numba``: the compiled loop of :mod:`dadam3.games.synthetic_kernels` around the
+  optimizer's own math compiled by numba, proven equal to the torch engine in the
+  tests. Under 1 us per iteration (``results/benchmarks.md``).
 
 Metrics at iteration k, with z_bar_k the node average of the point where the k-th
 gradients are taken: e_k = ||z_bar_k - z*|| / ||z*|| and
@@ -31,7 +31,7 @@ from dadam3.optim import build_optimizer, mixer_for, optimizer_spec
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("kernel", "torch")
+ENGINES = ("numba", "torch")
 CHUNK = 1 << 18
 
 
@@ -66,31 +66,31 @@ class SyntheticInterrupted(RunStopped):
 
 
 def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, float], nodes: int, iterations: int,
-                  seed: int = 0, topology: str | Mapping[str, Any] = "ring", backend: str = "kernel",
+                  seed: int = 0, topology: str | Mapping[str, Any] = "ring", engine: str = "numba",
                   log_its: np.ndarray | None = None, stop: Callable[[], bool] | None = None) -> SyntheticResult:
     """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes.
 
     ``topology``: a topology's name, or its config group (``name``, ``rounds`` and the
-    topology's options). The kernel back end draws the samples and checks ``stop`` every
+    topology's options). The numba engine draws the samples and checks ``stop`` every
     :data:`CHUNK` iterations.
 
     Raises :class:`SyntheticDiverged` (naming the first iteration whose point is not
     finite, with the records logged up to there) if the iterates overflow, and
     :class:`SyntheticInterrupted` (the same) once ``stop()`` is true (checked between chunks
-    of the kernel back end, every iteration of the torch one)."""
+    of the numba engine, every iteration of the torch one)."""
     if int(iterations) != iterations or iterations < 1:
         raise ConfigError("iterations", iterations, "must be an integer >= 1")
-    if backend not in BACKENDS:
-        raise ConfigError("backend", backend, f"allowed: {', '.join(BACKENDS)}")
+    if engine not in ENGINES:
+        raise ConfigError("engine", engine, f"allowed: {', '.join(ENGINES)}")
     iterations = int(iterations)
     topology_kw = {"name": topology} if isinstance(topology, str) else dict(topology)
     with named_as({"name": "optimizer"}):
         hp = optimizer_spec(optimizer).check_hparams(hparams)
         mixer = mixer_for(optimizer, nodes, topology_kw.pop("name"), topology_kw.pop("rounds", 1), **topology_kw)
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
-    kernel = kernel_for(optimizer_spec(optimizer).cls) if backend == "kernel" else None
-    if backend == "kernel" and kernel is None:
-        log.info("optimizer=%s: numba cannot compile its math; running the torch optimizer (backend=torch)",
+    kernel = kernel_for(optimizer_spec(optimizer).cls) if engine == "numba" else None
+    if engine == "numba" and kernel is None:
+        log.info("optimizer=%s: numba cannot compile its math; running the torch optimizer (engine=torch)",
                  optimizer)
     run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer)
     t0 = time.perf_counter()

@@ -80,7 +80,8 @@ class FinitenessWatch:
                            f"at iteration {iteration}")
         return node, message, iteration
 
-    def _params(self, nets: Iterable[tuple[str, torch.nn.Module]], iteration: int) -> tuple[int | None, str | None, int]:
+    def _params(self, nets: Iterable[tuple[str, torch.nn.Module]],
+                iteration: int) -> tuple[int | None, str | None, int]:
         node, message = None, None
         for name, net in nets:
             for pname, p in net.named_parameters():

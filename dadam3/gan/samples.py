@@ -4,8 +4,8 @@ samples that evaluation scores.
 Functions of plain arguments (the node-stacked generator, a fixed noise batch, an output
 directory, the iteration); the entry point binds them into the trainer's ``sample`` hook
 with :func:`sample_hook`, and hands :class:`GeneratorDraws` to
-:func:`dadam3.metrics.evaluation.evaluation_hook` (so metrics/ never imports gan/). Generator outputs are images in [-1, 1] (tanh); they are mapped
-to [0, 1] exactly once, when a PNG is written.
+:func:`dadam3.metrics.evaluation.evaluation_hook` (so metrics/ never imports gan/). Generator
+outputs are images in [-1, 1] (tanh); they are mapped to [0, 1] exactly once, when a PNG is written.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ single-player halves for alternating (n_critic) schedules.
 :func:`wgan_gp_step` runs a node-stacked pair (:class:`~dadam3.gan.stacked.StackedNet` or
 :class:`~dadam3.gan.vmapped.VmapNet`, all M
 nodes at once); :func:`wgan_gp_step_loop` is the obvious per-node loop over
-ordinary modules, kept as the reference the tests compare against.  Both take the
+lists of ordinary modules: the reference the tests compare against and the benchmark's
+baseline (:class:`~dadam3.gan.loop_reference.LoopReference`).  Both take the
 randomness (z, ε) from the caller and both OVERWRITE ``.grad`` of the active
 players' parameters (other parameters are left alone).
 """
@@ -91,7 +92,7 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
                  gp_lambda: float = GP_LAMBDA, players: str = "both") -> dict[str, torch.Tensor]:
     """One WGAN-GP gradient evaluation for all M nodes; sets ``.grad`` and returns per-node values.
 
-    G, D: :class:`StackedNet` or :class:`VmapNet` (or lists of M ordinary modules → :func:`wgan_gp_step_loop`).
+    G, D: :class:`StackedNet` or :class:`VmapNet`.
     real ``[M, B, ...]``, z ``[M, B, nz]``, eps ``[M, B]`` (real/eps unused for
     ``players="generator"``).  Returns detached ``[M]`` tensors: ``loss_d, loss_g, gp,
     d_real, d_fake, wasserstein`` (``loss_g, d_fake`` only for ``players="generator"``).
@@ -100,8 +101,6 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
     through it as one batch, and the per-sample ∇_x̂ D(x̂) is taken as ∇ of the summed
     scores.
     """
-    if isinstance(G, (list, tuple)):
-        return wgan_gp_step_loop(G, D, real, z, eps, gp_lambda, players)
     want_g, want_d = _check_players(players)
     g_params, d_params = _trainable(G), _trainable(D)
 

@@ -8,8 +8,8 @@
 
 :func:`evaluation_hook` binds these into the trainer's :class:`Evaluation` hook: the
 period and ``score(G, iteration) -> dict`` (or None when nothing is to be evaluated). What is
-drawn from the generator comes from the layer above through ``draws`` (:class:`dadam3.gan.samples.GeneratorDraws`): this module
-scores samples and never imports the GAN code.
+drawn from the generator comes from the layer above through ``draws``
+(:class:`dadam3.gan.samples.GeneratorDraws`): this module scores samples and never imports the GAN code.
 """
 from __future__ import annotations
 

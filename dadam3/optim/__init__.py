@@ -40,8 +40,8 @@ from dadam3.optim.simultaneous import DAdam, DSGD
 from dadam3.topology import Topology, build_topology
 
 __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
-           "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec", "optimizer_spec",
-           "build_optimizer", "mixer_for"]
+           "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec",
+           "optimizer_spec", "build_optimizer", "mixer_for"]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ convention, the loop contract and how an algorithm's math is run.
   (a module of :mod:`dadam3.optim.skeletons`) does the rest: its element-wise phases and its
   gossip rounds.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:mod:`dadam3.optim.flat`), so a round is one fused pass over the buffers and one mixer call.
+  (:mod:`dadam3.optim.flat`), so a round is one pass over the buffers and one mixer call.
   The pass is ``torch.compile`` of the phase on CUDA (``compile=True``), the same functions
   compiled by numba on the CPU (:mod:`dadam3.optim.numba_pass`, cached on disk across
   processes), and the phase run eagerly on whole tensors otherwise (``compile=False`` on CUDA,
@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, NamedTuple
 
 import torch
-from torch._guards import detect_fake_mode
 
 from dadam3.errors import ConfigError, check_range
 from dadam3.mixing import Mixer
@@ -78,7 +77,7 @@ LR = HParam(5e-5, 0.0, None, low_open=True)                        # Table 6: et
 EPS = HParam(1e-8, 0.0, None, low_open=True,
              why="the first step divides a zero gradient by sqrt(0) + eps")
 ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
-FUSED_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
+NUMBA_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
 
 
 class NoScalars(NamedTuple):
@@ -180,20 +179,20 @@ class NodeOptimizer(torch.optim.Optimizer):
             flat.work = torch.empty_like(flat.param_buf)
             flat.scalars = None
             self._bind_state_views(flat)
-        self.fusion, self._update = self._choose_update(compile)
+        self.engine, self._update = self._choose_update(compile)
 
     def _choose_update(self, compile: bool | None) -> tuple[str, Callable[..., None]]:
-        """("compile" | "numba" | "eager", the update ``(round, g, s, p, work, own, state)``):
+        """("compiled" | "numba" | "eager", the update ``(round, g, s, p, work, own, state)``):
         ``torch.compile`` when asked (by default on CUDA), numba on the CPU, the eager
-        :meth:`update` otherwise. Fake tensors (device checks without a GPU) have no memory to
-        run a kernel on."""
+        :meth:`update` otherwise. Tensors without memory (meta or fake tensors: device checks
+        without a GPU) have none to run a kernel on."""
         buf = self.flat[0].param_buf if self.flat else torch.empty(0)
-        fake = self.flat and detect_fake_mode((buf,)) is not None
+        real = _has_memory(buf)
         if compile is None:
-            compile = buf.device.type == "cuda" and torch.cuda.is_available() and not fake
+            compile = buf.device.type == "cuda" and torch.cuda.is_available() and real
         if compile:
-            return "compile", compiled_update(type(self))
-        if buf.device.type == "cpu" and not fake and buf.dtype in FUSED_DTYPES:
+            return "compiled", compiled_update(type(self))
+        if buf.device.type == "cpu" and real and buf.dtype in NUMBA_DTYPES:
             passes = numba_pass.flat_passes(type(self), buf.dtype)
             if passes is not None:
                 return "numba", _on_numpy(type(self), passes)
@@ -231,7 +230,7 @@ class NodeOptimizer(torch.optim.Optimizer):
                 continue
             if flat.scalars is None or flat.scalars.numel() != values.numel():
                 flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-            if torch.cuda.is_available() and detect_fake_mode((flat.param_buf,)) is None:
+            if torch.cuda.is_available() and _has_memory(flat.param_buf):
                 values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
             flat.scalars.copy_(values, non_blocking=True)
 
@@ -291,6 +290,12 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
+def _has_memory(t: torch.Tensor) -> bool:
+    """Whether ``t`` has memory a kernel can run on: not a meta tensor nor a fake one (a
+    ``FakeTensorMode`` tensor reports its device but keeps its storage on ``meta``)."""
+    return t.untyped_storage().device.type != "meta"
+
+
 def _on_numpy(cls: type, passes: dict[Round, Callable[..., None]]) -> Callable[..., None]:
     """The numba ``passes`` (one per round) called on 1-D numpy views of the (CPU, contiguous)
     buffers, with the scalars as :meth:`NodeOptimizer.split_scalars`' named tuples."""
@@ -306,8 +311,8 @@ _COMPILED: dict[type, Callable[..., None]] = {}
 
 
 def compiled_update(cls: type) -> Callable[..., None]:
-    """``cls.update`` with each round's phase through ``torch.compile`` (one fused kernel per
-    buffer shape; the scalars are a tensor, so new values do not recompile), cached per class."""
+    """``cls.update`` with each round's phase through ``torch.compile`` (one generated kernel
+    per buffer shape; the scalars are a tensor, so new values do not recompile), cached per class."""
     if cls not in _COMPILED:
         kernels = {rnd: torch.compile(_round_update(cls, rnd), fullgraph=True, dynamic=False)
                    for rnd in cls.START + cls.ROUNDS}

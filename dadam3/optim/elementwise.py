@@ -5,9 +5,9 @@ An algorithm's ``direction(g, a, *state) -> (direction, *new_state)`` and ``scal
 arithmetic, comparisons and the functions below, as are the skeletons' phases
 (:mod:`dadam3.optim.skeletons`). The same function objects then run
 
-* on whole ``[n, P]`` tensors: eagerly, or fused into one kernel by ``torch.compile`` (CUDA);
+* on whole ``[n, P]`` tensors: eagerly, or compiled into one kernel by ``torch.compile`` (CUDA);
 * on one number at a time inside numba loops (:mod:`dadam3.optim.numba_pass`): the CPU's
-  fused pass over the flat buffers and the synthetic game's compiled loop
+  numba pass over the flat buffers and the synthetic game's compiled loop
   (:mod:`dadam3.games.synthetic_kernels`),
 
 because :mod:`dadam3.optim.numba_pass` registers a numba implementation of each name here. An

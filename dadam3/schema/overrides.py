@@ -26,6 +26,7 @@ from dadam3.schema.groups import GROUPS
 from dadam3.schema.runs import SyntheticConfig, TrainConfig
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
+RENAMED = {SyntheticConfig: {"backend": "engine"}}                 # schema -> {old key: its name now}
 
 # Hydra's options that take a value in the next argument
 VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -165,7 +166,9 @@ def _nest(rest: list[str], value: Any) -> Any:
 
 
 def _suggest(part: str, cls: type, names: list[str]) -> str:
-    """A close key, nested ones too (``iterations`` -> ``loop.iterations``)."""
+    """A key's new name, or a close key, nested ones too (``iterations`` -> ``loop.iterations``)."""
+    if part in RENAMED.get(cls, {}):
+        return f"; it is now {RENAMED[cls][part]}"
     dotted = {name: name for name in names}
     for f in fields(cls):
         if is_dataclass(f.default_factory):

@@ -88,7 +88,7 @@ class Cuda(Node):
     """Applied only when the run is on a CUDA device."""
     tf32: bool = knob(True, boolean, resume=True)             # float32 convs/matmuls on TF32 (gossip stays fp32)
     cudnn_benchmark: bool = knob(True, boolean, resume=True)  # cuDNN times its algorithms once per shape
-    compile_step: bool = knob(True, boolean, resume=True)     # the optimizer update fused (torch.compile)
+    compile_step: bool = knob(True, boolean, resume=True)     # the optimizer update compiled (torch.compile) on CUDA
     channels_last: bool = knob(False, boolean, resume=True)   # NHWC convolutions
     graphs: bool = knob(False, boolean, resume=True)          # gradient evaluation as a replayed CUDA graph
 
@@ -243,7 +243,7 @@ class SyntheticConfig(Node):
     nodes: int = knob(5, Int(1))
     iterations: int = knob(10_000_000, Int(1))
     seed: int = knob(0, Int(0, SEED_MAX))
-    backend: str = knob("kernel", Choice(("kernel", "torch")))   # kernel: compiled, proven equal to torch
+    engine: str = knob("numba", Choice(("numba", "torch")))     # numba: the compiled loop, proven equal to torch
     overwrite: bool = knob(False, boolean)                      # replace an earlier run's results in hydra.run.dir
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
