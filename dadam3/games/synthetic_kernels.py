@@ -6,7 +6,11 @@ time-varying operators) is compiled by numba. The optimizer is not spelled again
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
 each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
 (:func:`dadam3.optim.numba_pass.element_pass`) followed by its mixing, with the algorithm's
-own ``scalars``: the functions the torch optimizers run. ``tests/test_synthetic.py`` proves the
+own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
+inlined into the loop (numba's ``inline="always"``): a call between compiled functions passes
+each array with an atomic reference count up and down, which at M = 5 cost as much as the math
+(~475 against ~285 ns per Dadam3 iteration). :func:`_record` stays a call: inlined, its
+unpacking of ``rec`` gave wrong metrics (numba 0.68). ``tests/test_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
@@ -63,8 +67,8 @@ def _chain(cls, rounds):
     :func:`game_round`, then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = bind(game_round, "game_round", cache=False, PHASE=jitted(rnd.phase), DIRECTION=jitted(cls.direction),
-                    INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
+        then = bind(game_round, "game_round", cache=False, inline="always", PHASE=jitted(rnd.phase),
+                    DIRECTION=jitted(cls.direction), INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
     return then
 
 
@@ -112,12 +116,12 @@ def game_round(k, ops, t, a, g, points, state, work):
     THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
 
 
-@njit
+@njit(inline="always")
 def _no_round(k, ops, t, a, g, points, state, work):
     pass
 
 
-@njit_cached
+@njit(inline="always")
 def _operator(z, is_c, c, kk, g):
     for i in range(is_c.shape[0]):
         a = c if is_c[i] else 1.0
@@ -125,7 +129,7 @@ def _operator(z, is_c, c, kk, g):
         g[2 * i + 1] = a + 2.0 * z[2 * i + 1] - kk * z[2 * i]
 
 
-@njit_cached
+@njit(inline="always")
 def _mix(W, src, dst):
     M = W.shape[0]
     for i in range(M):
@@ -160,7 +164,7 @@ def _record(z, k, mean_a, kk, rec, li):
     return li
 
 
-@njit_cached
+@njit(inline="always")
 def _finite(a):
     for v in a:
         if not math.isfinite(v):
