@@ -7,10 +7,10 @@ iteration runs the optimizer class's skeleton rounds (its ``START`` once, then i
 each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
 (:func:`dadam3.optim.numba_pass.element_pass`) followed by its mixing, with the algorithm's
 own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
-inlined into the loop (numba's ``inline="always"``): a call between compiled functions passes
-each array with an atomic reference count up and down, which at M = 5 cost as much as the math
-(~475 against ~285 ns per Dadam3 iteration). :func:`_record` stays a call: inlined, its
-unpacking of ``rec`` gave wrong metrics (numba 0.68). ``tests/test_synthetic.py`` proves the
+inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
+comes at the ~50 logged iterations: a call between compiled functions passes each array with
+an atomic reference count up and down, which at M = 5 cost more than the math (Dadam3 ~475 ns
+per iteration with a call per round and helper, ~225 without). ``tests/test_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
@@ -93,18 +93,26 @@ def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
     ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
     p = points[0]
     c, kk = game
+    acc, log_its = rec[1], rec[2]
     g = np.zeros_like(p)
     work = np.empty_like(p)
     t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
     if k0 == 0:
         START(0, ops, t, SCALARS(h, 1), g, points, state, work)          # noqa: F821 - bound
+    total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
     for n in range(is_c.shape[0]):
         k = k0 + n + 1
-        li = _record(p, k, (c + 2.0) / 3.0, kk, rec, li)
+        theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
+        total += sq
+        if li < log_its.shape[0] and log_its[li] == k:
+            _record(theta, alpha, total / k, rec, li)
+            li += 1
         _operator(p, is_c[n], c, kk, g)
         STEP(k, ops, t, SCALARS(h, k), g, points, state, work)          # noqa: F821 - bound
         if not _finite(p):
+            acc[0] = total
             return li, n + 1
+    acc[0] = total
     return li, is_c.shape[0]
 
 
@@ -140,10 +148,9 @@ def _mix(W, src, dst):
             dst[2 * i + q] = s
 
 
-@njit_cached
-def _record(z, k, mean_a, kk, rec, li):
-    """Accumulate ||grad F(z_bar_k)||^2 and, at logged iterations, write e_k and R_k."""
-    zstar, acc, log_its, err_out, r_out = rec
+@njit(inline="always")
+def _mean_grad_sq(z, mean_a, kk):
+    """The node average z_bar = (theta, alpha) and ||grad F(z_bar)||^2."""
     M = z.shape[0] // 2
     t = 0.0
     a = 0.0
@@ -154,14 +161,17 @@ def _record(z, k, mean_a, kk, rec, li):
     a /= M
     g0 = mean_a + 2.0 * t + kk * a
     g1 = mean_a + 2.0 * a - kk * t
-    acc[0] += g0 * g0 + g1 * g1
-    if li < log_its.shape[0] and log_its[li] == k:
-        d0 = t - zstar[0]
-        d1 = a - zstar[1]
-        err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
-        r_out[li] = acc[0] / k
-        li += 1
-    return li
+    return t, a, g0 * g0 + g1 * g1
+
+
+@njit_cached
+def _record(t, a, r, rec, li):
+    """At a logged iteration: e_k of z_bar = (t, a) into ``err_out[li]``, R_k = ``r`` into ``r_out[li]``."""
+    zstar, acc, log_its, err_out, r_out = rec
+    d0 = t - zstar[0]
+    d1 = a - zstar[1]
+    err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
+    r_out[li] = r
 
 
 @njit(inline="always")
