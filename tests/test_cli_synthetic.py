@@ -176,7 +176,7 @@ def test_sigterm_after_the_last_iteration_leaves_a_finished_run_with_exit_0(tmp_
 def _fig1_script(tmp_path, *args):
     env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
     return subprocess.run(["bash", "scripts/fig1_synthetic.sh", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, check=False)
 
 
 def test_fig1_script_runs_both_methods_and_shows_each_output_whole(tmp_path):

@@ -167,7 +167,7 @@ def _mean_grad_sq(z, mean_a, kk):
 @njit_cached
 def _record(t, a, r, rec, li):
     """At a logged iteration: e_k of z_bar = (t, a) into ``err_out[li]``, R_k = ``r`` into ``r_out[li]``."""
-    zstar, acc, log_its, err_out, r_out = rec
+    zstar, err_out, r_out = rec[0], rec[3], rec[4]
     d0 = t - zstar[0]
     d1 = a - zstar[1]
     err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
