@@ -8,11 +8,37 @@
 # are deterministic, so a rerun with the same code and settings rewrites the same bytes and
 # leaves a clone's committed files unchanged (synthetic.log, status.json, .hydra/hydra.yaml and
 # .lock are git-ignored).
+# The two runs go side by side, one thread each; each one's output is shown whole once both
+# have ended (Dadam3's first), and the figure is drawn only when both finished. A stop signal
+# to this script is passed on to both runs (each records "interrupted" in its status.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 OUT=${FIG1_OUT:-results/fig1}
-for opt in dadam3 dp_oadam; do
-  "$PY" -m dadam3.synthetic optimizer=$opt overwrite=true "$@" hydra.run.dir="$OUT/$opt"
+OPTS=(dadam3 dp_oadam)
+LOGS=$(mktemp -d)
+PIDS=()
+trap 'rm -rf "$LOGS"' EXIT
+trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true' INT TERM
+for opt in "${OPTS[@]}"; do
+  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
+    "$PY" -m dadam3.synthetic optimizer="$opt" overwrite=true "$@" hydra.run.dir="$OUT/$opt" \
+    >"$LOGS/$opt" 2>&1 &
+  PIDS+=($!)
 done
+status=0
+for i in "${!OPTS[@]}"; do
+  # `wait` returns early (status > 128) when a trapped signal arrives: wait again for the run's own status
+  while :; do
+    rc=0
+    wait "${PIDS[$i]}" || rc=$?
+    kill -0 "${PIDS[$i]}" 2>/dev/null || break
+  done
+  cat "$LOGS/${OPTS[$i]}" >&2
+  if [ "$rc" -ne 0 ]; then
+    echo "fig1_synthetic.sh: optimizer=${OPTS[$i]} failed (exit status $rc); see its output above" >&2
+    [ "$status" -ne 0 ] || status=$rc
+  fi
+done
+[ "$status" -eq 0 ] || exit "$status"
 "$PY" -m dadam3.plot fig1 --run "Dadam3=$OUT/dadam3" --run "DP-OAdam=$OUT/dp_oadam" --out "$OUT/fig1_synthetic.png"

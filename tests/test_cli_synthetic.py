@@ -2,6 +2,7 @@
 one-line error with non-zero exit for every kind of bad input."""
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -209,3 +210,32 @@ def test_ctrl_c_in_the_synthetic_runner_writes_what_it_has(tmp_path):
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "interrupted" and status["signal"] == "SIGINT"
     assert (run / "metrics.csv").read_text().startswith("iteration,error,avg_grad_sq_norm\n")
+
+
+def _fig1_script(tmp_path, *args):
+    env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", "scripts/fig1_synthetic.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_fig1_script_runs_both_methods_and_shows_each_output_whole(tmp_path):
+    r = _fig1_script(tmp_path, "iterations=3000")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert [line.split(" - ")[1].split(":")[0] for line in lines] == ["dadam3", "dp_oadam"], r.stderr
+    for opt in ("dadam3", "dp_oadam"):
+        assert json.loads((tmp_path / opt / "status.json").read_text())["status"] == "finished"
+    assert (tmp_path / "fig1_synthetic.png").stat().st_size > 0
+
+
+def test_fig1_script_fails_with_the_failed_runs_status_and_draws_nothing(tmp_path):
+    """The two runs go side by side: one refused (a key DP-OAdam does not have) makes the script
+    fail with its exit status after the other finished; no figure."""
+    r = _fig1_script(tmp_path, "iterations=3000", "optimizer.beta3=0.2")
+    assert r.returncode == 2, r.stderr
+    assert json.loads((tmp_path / "dadam3" / "status.json").read_text())["status"] == "finished"
+    assert not (tmp_path / "dp_oadam").exists() and not (tmp_path / "fig1_synthetic.png").exists()
+    lines = r.stderr.strip().splitlines()
+    assert " - dadam3: 3000 iterations" in lines[0], r.stderr
+    assert len(lines) == 3 and lines[1].startswith("error: optimizer.beta3=0.2: "), r.stderr
+    assert lines[2] == "fig1_synthetic.sh: optimizer=dp_oadam failed (exit status 2); see its output above"

@@ -3,16 +3,35 @@
 >>> ds = build_dataset("cifar10", root="data")              # 3×32×32 in [-1, 1]
 >>> sampler = NodeSampler(ds, nodes=5, batch_size=64, device="cuda")
 >>> x = sampler.next_batch()                                 # [5, 64, 3, 32, 32]
+
+The names are loaded on first access (as in :mod:`dadam3.metrics`): the image containers
+import torchvision, which costs ~2 s (it loads ``torch._dynamo``), and the runs that only need
+:data:`PARTITIONS` (the schema, the synthetic game) should not pay it.
 """
-from dadam3.data.containers import DecodedImages, ImageDataset, ImageFiles, TensorImages
-from dadam3.data.datasets import NAMES, build_dataset
-from dadam3.data.fake import FakeImages
-from dadam3.data.gaussians import GaussianRing, mode_metrics, ring_centers
-from dadam3.data.node_sampler import NodeSampler
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from dadam3.data.partition import PARTITIONS
+
+_LAZY = {
+    "dadam3.data.containers": ("DecodedImages", "ImageDataset", "ImageFiles", "TensorImages"),
+    "dadam3.data.datasets": ("NAMES", "build_dataset"),
+    "dadam3.data.fake": ("FakeImages",),
+    "dadam3.data.gaussians": ("GaussianRing", "mode_metrics", "ring_centers"),
+    "dadam3.data.node_sampler": ("NodeSampler",),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "NAMES", "PARTITIONS", "build_dataset", "NodeSampler",
     "ImageDataset", "TensorImages", "DecodedImages", "ImageFiles", "FakeImages",
     "GaussianRing", "ring_centers", "mode_metrics",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(_MODULE_OF[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

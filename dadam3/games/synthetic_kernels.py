@@ -6,7 +6,11 @@ time-varying operators) is compiled by numba. The optimizer is not spelled again
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
 each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
 (:func:`dadam3.optim.numba_pass.element_pass`) followed by its mixing, with the algorithm's
-own ``scalars``: the functions the torch optimizers run. ``tests/test_synthetic.py`` proves the
+own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
+inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
+comes at the ~50 logged iterations: a call between compiled functions passes each array with
+an atomic reference count up and down, which at M = 5 cost more than the math (Dadam3 ~475 ns
+per iteration with a call per round and helper, ~225 without). ``tests/test_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
@@ -63,8 +67,8 @@ def _chain(cls, rounds):
     :func:`game_round`, then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = bind(game_round, "game_round", cache=False, PHASE=jitted(rnd.phase), DIRECTION=jitted(cls.direction),
-                    INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
+        then = bind(game_round, "game_round", cache=False, inline="always", PHASE=jitted(rnd.phase),
+                    DIRECTION=jitted(cls.direction), INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
     return then
 
 
@@ -89,18 +93,26 @@ def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
     ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
     p = points[0]
     c, kk = game
+    acc, log_its = rec[1], rec[2]
     g = np.zeros_like(p)
     work = np.empty_like(p)
     t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
     if k0 == 0:
         START(0, ops, t, SCALARS(h, 1), g, points, state, work)          # noqa: F821 - bound
+    total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
     for n in range(is_c.shape[0]):
         k = k0 + n + 1
-        li = _record(p, k, (c + 2.0) / 3.0, kk, rec, li)
+        theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
+        total += sq
+        if li < log_its.shape[0] and log_its[li] == k:
+            _record(theta, alpha, total / k, rec, li)
+            li += 1
         _operator(p, is_c[n], c, kk, g)
         STEP(k, ops, t, SCALARS(h, k), g, points, state, work)          # noqa: F821 - bound
         if not _finite(p):
+            acc[0] = total
             return li, n + 1
+    acc[0] = total
     return li, is_c.shape[0]
 
 
@@ -112,12 +124,12 @@ def game_round(k, ops, t, a, g, points, state, work):
     THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
 
 
-@njit
+@njit(inline="always")
 def _no_round(k, ops, t, a, g, points, state, work):
     pass
 
 
-@njit_cached
+@njit(inline="always")
 def _operator(z, is_c, c, kk, g):
     for i in range(is_c.shape[0]):
         a = c if is_c[i] else 1.0
@@ -125,7 +137,7 @@ def _operator(z, is_c, c, kk, g):
         g[2 * i + 1] = a + 2.0 * z[2 * i + 1] - kk * z[2 * i]
 
 
-@njit_cached
+@njit(inline="always")
 def _mix(W, src, dst):
     M = W.shape[0]
     for i in range(M):
@@ -136,10 +148,9 @@ def _mix(W, src, dst):
             dst[2 * i + q] = s
 
 
-@njit_cached
-def _record(z, k, mean_a, kk, rec, li):
-    """Accumulate ||grad F(z_bar_k)||^2 and, at logged iterations, write e_k and R_k."""
-    zstar, acc, log_its, err_out, r_out = rec
+@njit(inline="always")
+def _mean_grad_sq(z, mean_a, kk):
+    """The node average z_bar = (theta, alpha) and ||grad F(z_bar)||^2."""
     M = z.shape[0] // 2
     t = 0.0
     a = 0.0
@@ -150,17 +161,20 @@ def _record(z, k, mean_a, kk, rec, li):
     a /= M
     g0 = mean_a + 2.0 * t + kk * a
     g1 = mean_a + 2.0 * a - kk * t
-    acc[0] += g0 * g0 + g1 * g1
-    if li < log_its.shape[0] and log_its[li] == k:
-        d0 = t - zstar[0]
-        d1 = a - zstar[1]
-        err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
-        r_out[li] = acc[0] / k
-        li += 1
-    return li
+    return t, a, g0 * g0 + g1 * g1
 
 
 @njit_cached
+def _record(t, a, r, rec, li):
+    """At a logged iteration: e_k of z_bar = (t, a) into ``err_out[li]``, R_k = ``r`` into ``r_out[li]``."""
+    zstar, err_out, r_out = rec[0], rec[3], rec[4]
+    d0 = t - zstar[0]
+    d1 = a - zstar[1]
+    err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
+    r_out[li] = r
+
+
+@njit(inline="always")
 def _finite(a):
     for v in a:
         if not math.isfinite(v):

@@ -105,15 +105,16 @@ def flat_pass(g, t, a, p, own, state, work):
     element_pass(PHASE, DIRECTION, g, t, a, p, own, state, work)  # noqa: F821 - bound by bind()
 
 
-def bind(body: Callable, name: str, cache: bool = True, **names) -> Callable:
+def bind(body: Callable, name: str, cache: bool = True, inline: str = "never", **names) -> Callable:
     """``body`` compiled by numba with ``names`` as its globals (constants to numba), cached on
     disk under ``name`` (see the module docstring; without a writable cache directory, or with
-    ``cache=False``, compiled in this process only)."""
+    ``cache=False``, compiled in this process only); ``inline="always"`` makes numba inline it
+    where it is called (no call, so no reference counting of the arrays passed)."""
     from numba import njit
     register_twins()
     fn = types.FunctionType(body.__code__, {**body.__globals__, **names}, body.__name__, body.__defaults__)
     fn.__qualname__ = name
-    return njit_cached(fn) if cache else njit(fn)
+    return njit_cached(fn, inline=inline) if cache else njit(fn, inline=inline)
 
 
 def jitted(fn: Callable) -> Callable:
