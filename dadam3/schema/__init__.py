@@ -1,7 +1,7 @@
 """The config schema, declared once: dataclasses registered as Hydra structured configs.
 
 * :mod:`dadam3.schema.runs` — the two entry points' schemas (``train``, ``synthetic``) and
-  their fixed nodes (``loop``, ``metrics``, ``cuda``, ``distributed``, ``game``);
+  their fixed sections (``loop``, ``metrics``, ``cuda``, ``distributed``, ``game``);
   :mod:`dadam3.schema.groups` — one schema per kind of group option (data sets, nets,
   topologies, loggers). The optimizer group is a mapping whose schema is the algorithm
   class's ``HPARAMS`` (:mod:`dadam3.optim`).

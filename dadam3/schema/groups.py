@@ -18,13 +18,13 @@ from typing import Any, ClassVar, Mapping, Optional
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
 from dadam3.run_logging import WANDB_MODES
-from dadam3.schema.fields import Choice, Int, Node, Num, OptionName, boolean, knob, matrix_rows, text
+from dadam3.schema.fields import Choice, Int, Num, OptionName, Section, boolean, knob, matrix_rows, text
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
 
 
-class Option(Node):
+class Option(Section):
     """A group option: ``options`` are its fields beyond :attr:`COMMON` (its builder's own)."""
 
     COMMON: ClassVar[tuple[str, ...]] = ()
