@@ -82,8 +82,7 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
         rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
         if rows == 1 and M > 3:
             raise ConfigError("name", "torus", "{nodes} has no factorisation r x c with r, c >= 2: the torus "
-                                               "would be a ring; use {name=ring} or another nodes",
-                              {"nodes": M, "name": "torus"})
+                              "would be a ring; use {name=ring} or another nodes", {"nodes": M, "name": "torus"})
     if isinstance(rows, bool) or int(rows) != rows or not 1 <= rows <= M or M % int(rows):
         raise ConfigError("rows", rows, "must be an integer divisor of {nodes}", {"nodes": M})
     rows = int(rows)
@@ -190,35 +189,30 @@ def spectral_gap_rho(W: np.ndarray) -> float:
     return float(np.linalg.norm(W - np.full((M, M), 1.0 / M), ord=2))
 
 
-def validate(W: np.ndarray, key: str = "W", symmetric: bool = True, require_connected: bool = True,
-             tol: float = TOLERANCE, name: str | None = None) -> None:
+def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
+             require_connected: bool = True, tol: float = TOLERANCE) -> None:
     """Raise a one-line :class:`ConfigError` unless W is a valid mixing matrix:
     square, finite, non-negative, rows and columns summing to 1 (within ``tol``),
-    symmetric when ``symmetric``, and connected (rho < 1) when ``require_connected``.
-    The error is ``key=<what was found>: ...``, or ``key=name: W has <what was found>: ...``
-    for the matrix of the built-in topology ``name``."""
-    def refused(found: str, allowed: str, refs: dict | None = None) -> ConfigError:
-        return _refused(key, name, found, allowed, refs)
-
+    symmetric when ``symmetric``, and connected (rho < 1) when ``require_connected``."""
     W = np.asarray(W, dtype=float)
     if W.ndim != 2 or W.shape[0] != W.shape[1]:
-        raise refused(f"matrix of shape {W.shape}", "mixing matrix must be square")
+        raise ConfigError(key, f"matrix of shape {W.shape}", "mixing matrix must be square")
     if not np.all(np.isfinite(W)):
-        raise refused("matrix with NaN/Inf", "mixing matrix entries must be finite")
+        raise ConfigError(key, "matrix with NaN/Inf", "mixing matrix entries must be finite")
     if W.min() < -tol:
         i, j = np.unravel_index(np.argmin(W), W.shape)
-        raise refused(f"W[{i},{j}]={W[i, j]:g}", "mixing matrix entries must be >= 0")
+        raise ConfigError(key, f"W[{i},{j}]={W[i, j]:g}", "mixing matrix entries must be >= 0")
     for what, sums in (("row", W.sum(axis=1)), ("column", W.sum(axis=0))):
         i = int(np.argmax(np.abs(sums - 1)))
         if abs(sums[i] - 1) > tol:        # 1+1.3e-06, not 1 (as :.6g would print it)
             total = f"{sums[i]:.6g}" if abs(sums[i] - 1) >= 1e-4 else f"1{sums[i] - 1:+.3g}"
-            raise refused(f"{what} {i} sums to {total}",
-                          "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
+            raise ConfigError(key, f"{what} {i} sums to {total}",
+                              "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
     if symmetric and np.max(np.abs(W - W.T)) > tol:
-        raise refused("non-symmetric matrix", "must be symmetric (undirected graph, Assumption D); "
-                                              "set {require_symmetric=false} to allow it", {"require_symmetric": True})
+        raise ConfigError(key, "non-symmetric matrix", "must be symmetric (undirected graph, Assumption D); "
+                          "set {require_symmetric=false} to allow it", {"require_symmetric": True})
     if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
-        raise refused(f"rho={spectral_gap_rho(W):.6g}", "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
+        raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}", "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
 
 
 def stochastic_deviation(W: np.ndarray) -> float:
@@ -226,14 +220,12 @@ def stochastic_deviation(W: np.ndarray) -> float:
     return float(max(np.max(np.abs(W.sum(axis=1) - 1)), np.max(np.abs(W.sum(axis=0) - 1))))
 
 
-def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True, max_iter: int = 1000,
-                           name: str | None = None) -> np.ndarray:
+def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True, max_iter: int = 1000) -> np.ndarray:
     """W (:func:`validate`-d: within ``TOLERANCE``) made doubly stochastic to rounding (row and
     column sums within :data:`EXACT` of 1; rows summing to 1 + delta would scale the node average
     by 1 + delta every round), said in one log line; a W within ``EXACT`` is returned as given.
     Sinkhorn-Knopp scaling ``W <- D_r W D_c`` keeps the zero pattern; a symmetric W is symmetrised,
-    then scaled by ``W <- D W D``, ``D = diag(1/sqrt(W 1))``, so it stays exactly symmetric.
-    ``name``: W is the built-in topology ``name`` (said as ``key=name``)."""
+    then scaled by ``W <- D W D``, ``D = diag(1/sqrt(W 1))``, so it stays exactly symmetric."""
     W0 = np.array(W, dtype=float)
     before = stochastic_deviation(W0)
     if before <= EXACT and (not symmetric or np.array_equal(W0, W0.T)):
@@ -248,19 +240,13 @@ def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True
         W = W * np.outer(d_row, d_row) if symmetric else W * d_row[:, None] / (W * d_row[:, None]).sum(axis=0)
     after = stochastic_deviation(W)
     if after > EXACT:
-        raise _refused(key, name, f"row/column sums off by {before:.3g}", f"cannot be scaled to doubly stochastic "
-                       f"within {EXACT:g} (left {after:.3g}); give an exactly doubly stochastic matrix")
+        raise ConfigError(key, f"row/column sums off by {before:.3g}",
+                          f"cannot be scaled to doubly stochastic within {EXACT:g} (left {after:.3g}); give an "
+                          "exactly doubly stochastic matrix")
     log.info("%s: rows/columns sum to 1 only within %.3g; using its doubly stochastic scaling "
-             "(Sinkhorn%s, max |sum - 1| now %.3g, largest entry change %.3g)", key if name is None else
-             f"{key}={name}", before, ", symmetric" if symmetric else "", after, float(np.max(np.abs(W - W0))))
+             "(Sinkhorn%s, max |sum - 1| now %.3g, largest entry change %.3g)", key, before,
+             ", symmetric" if symmetric else "", after, float(np.max(np.abs(W - W0))))
     return W
-
-
-def _refused(key: str, name: str | None, found: str, allowed: str, refs: dict | None = None) -> ConfigError:
-    """``key=found: allowed`` for a user's W; ``key=name: W has found: allowed`` for the built-in ``name``'s."""
-    if name is None:
-        return ConfigError(key, found, allowed, refs)
-    return ConfigError(key, name, f"W has {found}: {allowed}", refs)
 
 
 # --------------------------------------------------------------------------- topology object
@@ -323,7 +309,7 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         topo = Topology(name, nodes, rounds, schedule=lambda k: one_peer_exponential(nodes, k),
                         period=period)
         for r in range(period):
-            validate(topo.schedule(r), "name", symmetric=False, require_connected=False, name=name)
+            validate(topo.schedule(r), "name", symmetric=False, require_connected=False)
         if nodes > 1 and topo.rho >= 1 - 1e-9:
             raise ConfigError("name", name, "product of one period is not connected")
         return topo
@@ -334,16 +320,15 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
     if name not in builders:
         raise ConfigError("name", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
     W = builders[name]()
-    builtin = None if name == "explicit" else name
     if name == "explicit":
         key = "file" if file is not None else "matrix"
         if W.shape[0] != nodes:
             raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} ({{nodes}})",
                               {"nodes": nodes})
     else:
-        key, require_symmetric = "name", True
-    validate(W, key, symmetric=require_symmetric, name=builtin)
-    W = make_doubly_stochastic(W, key, symmetric=require_symmetric, name=builtin)     # every source of W
+        key, require_symmetric = "name", True       # a built-in W (tested valid): the error names the key only
+    validate(W, key, symmetric=require_symmetric)
+    W = make_doubly_stochastic(W, key, symmetric=require_symmetric)     # every source of W
     return Topology(name, nodes, rounds, static_W=W)
 
 

@@ -40,6 +40,15 @@ def test_explained_keeps_the_named_arguments():
         "splits=0: must be in [1, metrics.samples=8]: see metrics.samples=8"
 
 
+def test_a_library_error_naming_other_arguments_is_said_in_config_keys():
+    from dadam3.topology import build_topology
+    with pytest.raises(ConfigError) as e:
+        build_topology("explicit", 2)
+    assert str(e.value) == "matrix=None: give exactly one of matrix= (a list of rows) or file="
+    assert str(e.value.renamed({"matrix": "topology.matrix", "file": "topology.file"})) == \
+        "topology.matrix=None: give exactly one of topology.matrix= (a list of rows) or topology.file="
+
+
 def test_named_as_renames_config_errors_only_and_keeps_echo():
     quiet = ConfigError("rows", 4, "bad")
     quiet.echo = False

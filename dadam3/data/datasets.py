@@ -186,7 +186,8 @@ def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:
     except (OSError, IdxError) as e:
         raise ConfigError("root", str(root),
                           f"cannot read the Fashion-MNIST idx files ({_one_line(e)}); they may be "
-                          "corrupt: reinstall them or set {download=true} with an empty root", {"download": False}) from None
+                          "corrupt: reinstall them or set {download=true} with an empty root",
+                          {"download": False}) from None
     if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
         raise ConfigError("root", str(root),
                           f"{files[0].name} holds {tuple(images.shape)} images and {files[1].name} "
@@ -248,7 +249,8 @@ def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, nam
         if download:
             raise ConfigError("download", True,
                               f"downloading {title} into {root} failed ({reason}); "
-                              f"place the files at {where} yourself and set {{download=false}}", {"download": True}) from None
+                              f"place the files at {where} yourself and set {{download=false}}",
+                              {"download": True}) from None
         missing = [n for n in names if not (where / n).is_file()]
         if missing:
             raise ConfigError("root", str(root),
@@ -331,7 +333,8 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
     except (RuntimeError, OSError) as e:
         raise ConfigError("download", download,
                           f"downloading Imagenette into {root} failed ({_one_line(e)}); extract "
-                          f"imagenette2-160.tgz into {root} and set {{download=false}}", {"download": download}) from None
+                          f"imagenette2-160.tgz into {root} and set {{download=false}}",
+                          {"download": download}) from None
     # torchvision keeps (path, label) pairs only in the private ``_samples``.
     labels = torch.tensor([label for _, label in base._samples], dtype=torch.int64)
     return DecodedImages(base, (3, size, size), labels, "imagenette", workers)

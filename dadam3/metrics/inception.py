@@ -49,7 +49,8 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
             return check_inception_weights(path)
         raise ConfigError("weights_path", str(weights_path),
                           f"Inception weights not found at this path; download "
-                          f"{INCEPTION_WEIGHTS_URL} to it or set {{weights_path=PATH}}", {"weights_path": str(weights_path)})
+                          f"{INCEPTION_WEIGHTS_URL} to it or set {{weights_path=PATH}}",
+                          {"weights_path": str(weights_path)})
     cached = inception_weights_cache_path()
     if os.path.isfile(cached):
         return cached

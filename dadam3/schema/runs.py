@@ -17,7 +17,6 @@ from dadam3.distributed.failures import check_timeout
 from dadam3.errors import ConfigError, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.metrics.spec import FEATURE_EXTRACTORS
-from dadam3.optim import optimizer_spec
 from dadam3.schema.fields import Choice, Int, Num, Section, boolean, knob, text
 from dadam3.schema.groups import SEED_MAX
 
@@ -44,35 +43,6 @@ def resolve_device(name: Any) -> torch.device:
 def device_name(key: str, value: Any) -> str:
     resolve_device(value)
     return value
-
-
-@dataclass(frozen=True)
-class OptimizerChoice:
-    """The ``optimizer`` group, checked: its name and every hyper-parameter (the algorithm
-    class's ``HPARAMS`` are the schema: defaults and intervals; see :mod:`dadam3.optim`)."""
-    name: str
-    hparams: Mapping[str, float]
-
-    @classmethod
-    def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
-        o = dict(mapping)
-        name = o.pop("name")
-        if not isinstance(name, str):
-            raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
-        with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
-            hparams = optimizer_spec(name).check_hparams(o)
-        return cls(name, MappingProxyType(hparams))
-
-    def check_topology(self, topology: str) -> None:
-        """A centralized variant (cadam3, cosg) runs on its own graph: a config naming another
-        would record a topology the run never used."""
-        forced = optimizer_spec(self.name).topology
-        if forced is not None and topology != forced:
-            raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
-                                                    f"selects it); drop topology={topology}")
-        if optimizer_spec(self.name).single_node and topology != "ring":     # ring: the config's default
-            raise ConfigError("topology", topology, f"means nothing for optimizer={self.name}, the single-node "
-                                                    f"algorithm (nodes=1, no mixing); drop topology={topology}")
 
 
 @dataclass
@@ -189,7 +159,6 @@ class TrainConfig(Section):
         if self.resume is not None and not self.resume.strip():
             raise ConfigError("resume", self.resume, "is empty (an unset variable?): give a checkpoint file or a "
                                                      "run directory, or leave resume out for a fresh run")
-        self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
 
 
@@ -250,5 +219,4 @@ class SyntheticConfig(Section):
     topology: Any = knob(MISSING)
 
     def cross_check(self, prefix: str) -> None:
-        self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
