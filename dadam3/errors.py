@@ -22,7 +22,6 @@ import functools
 import math
 import numbers
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
@@ -33,27 +32,55 @@ F = TypeVar("F", bound=Callable[..., Any])
 class ConfigError(ValueError):
     """A config value is unknown, out of range or inconsistent.
 
-    ``ConfigError(key, value, allowed)`` renders as ``"key=value: allowed"``.
+    ``ConfigError(key, value, allowed)`` renders as ``"key=value: allowed"``. A message that
+    names other arguments gives them as data: ``refs`` maps each argument's name to its value,
+    and ``allowed`` is a template in which ``{name}`` is said ``name=value`` and
+    ``{name=text}`` is said ``name=text`` (a value to use instead)::
+
+        ConfigError("rows", 4, "must be an integer divisor of {nodes}", refs={"nodes": 6})
+        # rows=4: must be an integer divisor of nodes=6
+
+    so that :meth:`renamed` says every name in a caller's keys without reading the text.
     """
 
     echo = True              # False: a rank other than 0 stops silently (rank 0 says it once)
 
-    def __init__(self, key: str, value: Any, allowed: str):
-        self.key, self.value, self.allowed = key, value, allowed
-        super().__init__(f"{key}={value!r}: {allowed}" if not isinstance(value, str)
-                         else f"{key}={value}: {allowed}")
+    def __init__(self, key: str, value: Any, allowed: str, refs: Mapping[str, Any] | None = None,
+                 said: Mapping[str, str] | None = None):
+        self.key, self.value, self.template = key, value, allowed
+        self.refs = dict(refs or {})
+        self.said = {name: (said or {}).get(name, name) for name in self.refs}   # argument -> key said
+        self.allowed = _render(allowed, self.refs, self.said)
+        super().__init__(f"{key}={_shown(value)}: {self.allowed}")
 
     def renamed(self, names: Mapping[str, str]) -> "ConfigError":
-        """The same error with every key of ``names`` said as its value: the error's key, and
-        each ``key=`` in it and in ``allowed`` (``rows=`` -> ``topology.rows=``)."""
-        def said(text: str) -> str:
-            return _ASSIGNED.sub(lambda m: f"{names.get(m[1], m[1])}=", text)
-        error = ConfigError(names.get(self.key, said(self.key)), self.value, said(self.allowed))
+        """The same error with its key and its refs' names said as ``names`` maps them
+        (``rows`` -> ``topology.rows``); a name ``names`` lacks stays."""
+        error = ConfigError(names.get(self.key, self.key), self.value, self.template, self.refs,
+                            {name: names.get(key, key) for name, key in self.said.items()})
+        error.echo = self.echo
+        return error
+
+    def explained(self, why: str) -> "ConfigError":
+        """The same error with ``: why`` after what is allowed."""
+        error = ConfigError(self.key, self.value, f"{self.template}: {why}", self.refs, self.said)
         error.echo = self.echo
         return error
 
 
-_ASSIGNED = re.compile(r"(?<![\w.])(\w+)=")   # a key in "key=value", not already dotted
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
+
+
+def _render(template: str, refs: Mapping[str, Any], said: Mapping[str, str]) -> str:
+    """``template`` with each ``{name}`` of ``refs`` as ``key=value`` and each ``{name=text}``
+    as ``key=text`` (``key``: the name as ``said``)."""
+    text = template
+    for name, value in refs.items():
+        text = text.replace("{" + name + "}", f"{said[name]}={_shown(value)}")
+        first, *advised = text.split("{" + name + "=")
+        text = first + "".join(f"{said[name]}={use}{rest}" for use, _, rest in (a.partition("}") for a in advised))
+    return text
 
 
 @contextlib.contextmanager
@@ -143,7 +170,7 @@ def check_writable_file(key: str, path: Any) -> Path:
     try:
         check_usable_dir(key, p.parent)
     except ConfigError as e:
-        raise ConfigError(key, str(path), f"its directory {e.allowed}") from None
+        raise ConfigError(key, str(path), f"its directory {e.template}", e.refs) from None
     return p
 
 

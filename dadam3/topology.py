@@ -81,10 +81,10 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
     if rows is None:
         rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
         if rows == 1 and M > 3:
-            raise ConfigError("name", "torus", f"nodes={M} has no factorisation r x c with r, c >= 2: the "
-                                               "torus would be a ring; use name=ring or another nodes")
+            raise ConfigError("name", "torus", "{nodes} has no factorisation r x c with r, c >= 2: the torus "
+                              "would be a ring; use {name=ring} or another nodes", {"nodes": M, "name": "torus"})
     if isinstance(rows, bool) or int(rows) != rows or not 1 <= rows <= M or M % int(rows):
-        raise ConfigError("rows", rows, f"must be an integer divisor of nodes={M}")
+        raise ConfigError("rows", rows, "must be an integer divisor of {nodes}", {"nodes": M})
     rows = int(rows)
     cols = M // rows
     A = np.zeros((M, M))
@@ -137,7 +137,8 @@ def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None =
     """A user-given W: inline (``matrix``, a list of rows) or from a .npy / .csv / .txt
     ``file`` (whitespace- or comma-separated rows)."""
     if (matrix is None) == (file is None):
-        raise ConfigError("matrix", matrix, "give exactly one of matrix= (a list of rows) or file=")
+        raise ConfigError("matrix", matrix, "give exactly one of {matrix=} (a list of rows) or {file=}",
+                          {"matrix": matrix, "file": file})
     if file is not None:
         path = Path(file)
         if not path.is_file():
@@ -208,12 +209,10 @@ def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
             raise ConfigError(key, f"{what} {i} sums to {total}",
                               "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
     if symmetric and np.max(np.abs(W - W.T)) > tol:
-        raise ConfigError(key, "non-symmetric matrix",
-                          "must be symmetric (undirected graph, Assumption D); "
-                          "set require_symmetric=false to allow it")
+        raise ConfigError(key, "non-symmetric matrix", "must be symmetric (undirected graph, Assumption D); "
+                          "set {require_symmetric=false} to allow it", {"require_symmetric": True})
     if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
-        raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}",
-                          "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
+        raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}", "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
 
 
 def stochastic_deviation(W: np.ndarray) -> float:
@@ -310,7 +309,7 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         topo = Topology(name, nodes, rounds, schedule=lambda k: one_peer_exponential(nodes, k),
                         period=period)
         for r in range(period):
-            validate(topo.schedule(r), f"name={name}", symmetric=False, require_connected=False)
+            validate(topo.schedule(r), "name", symmetric=False, require_connected=False)
         if nodes > 1 and topo.rho >= 1 - 1e-9:
             raise ConfigError("name", name, "product of one period is not connected")
         return topo
@@ -324,9 +323,10 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
     if name == "explicit":
         key = "file" if file is not None else "matrix"
         if W.shape[0] != nodes:
-            raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} (nodes={nodes})")
+            raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} ({{nodes}})",
+                              {"nodes": nodes})
     else:
-        key, require_symmetric = f"name={name}", True
+        key, require_symmetric = "name", True       # a built-in W (tested valid): the error names the key only
     validate(W, key, symmetric=require_symmetric)
     W = make_doubly_stochastic(W, key, symmetric=require_symmetric)     # every source of W
     return Topology(name, nodes, rounds, static_W=W)

@@ -196,12 +196,12 @@ def _check_shards(dataset, s: TrainConfig) -> None:
     """Too many nodes for a finite data set cut into disjoint shards: say so (not batch_size)."""
     n = len(dataset) if hasattr(dataset, "__len__") and s.dataset.partition != "iid" else None
     if n is not None and n < s.nodes:
-        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and partition={s.dataset.partition} "
+        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and dataset.partition={s.dataset.partition} "
                                             f"gives each node its own: at most {n} nodes")
     if n is not None and s.dataset.partition == "split" and n // s.nodes < s.loop.batch_size:
         raise ConfigError("loop.batch_size", s.loop.batch_size,
-                          f"partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} samples: lower "
-                          f"loop.batch_size to <= {n // s.nodes} or nodes to <= {max(1, n // s.loop.batch_size)}")
+                          f"dataset.partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} samples: "
+                          f"lower loop.batch_size to <= {n // s.nodes} or nodes to <= {max(1, n // s.loop.batch_size)}")
 
 
 def _open_logs(s: TrainConfig, rd: RunDir):

@@ -13,18 +13,40 @@ from trainer_runs import config
 NAMES = {"rows": "topology.rows", "nodes": "nodes", "name": "topology"}
 
 
-def test_renamed_says_the_key_and_every_key_assignment_in_the_callers_names():
-    e = ConfigError("rows", 4, "must be an integer divisor of nodes=6; or use name=ring (rows=null: auto)")
+def test_renamed_says_the_key_and_every_named_argument_in_the_callers_names():
+    e = ConfigError("rows", 4, "must be an integer divisor of {nodes}; or use {name=ring} ({rows=null}: auto)",
+                    {"nodes": 6, "name": "torus", "rows": 4})
+    assert str(e) == "rows=4: must be an integer divisor of nodes=6; or use name=ring (rows=null: auto)"
     said = e.renamed(NAMES)
     assert str(said) == ("topology.rows=4: must be an integer divisor of nodes=6; or use topology=ring "
                          "(topology.rows=null: auto)")
-    assert (said.key, said.value) == ("topology.rows", 4)
-    # a key the caller does not map stays; a dotted key is not renamed twice; "a = b" is no key
+    assert (said.key, said.value, said.refs) == ("topology.rows", 4, {"nodes": 6, "name": "torus", "rows": 4})
+    assert str(said.renamed({"topology": "outer"})) == ("topology.rows=4: must be an integer divisor of nodes=6; "
+                                                        "or use outer=ring (topology.rows=null: auto)")
+    # a key the caller does not map stays; the text itself is never read: "a=b" in it is no argument
     assert str(ConfigError("p", 0, "x").renamed(NAMES)) == "p=0: x"
-    assert str(ConfigError("topology.rows", 4, "set topology.rows=2").renamed(NAMES)) == \
-        "topology.rows=4: set topology.rows=2"
+    assert str(ConfigError("rows", 4, "set rows=2 (not an argument: plain text)").renamed(NAMES)) == \
+        "topology.rows=4: set rows=2 (not an argument: plain text)"
     assert str(ConfigError("W", "rho=1", "need rho = ||W|| < 1").renamed({"rho": "x", "W": "topology"})) == \
         "topology=rho=1: need rho = ||W|| < 1"
+    # a value shown as the head's is: strings as they are, other values as repr; braces that name
+    # no argument stay as they are
+    assert str(ConfigError("x", 1, "{a} {b} ${c}", {"a": "s", "b": 0.5}).renamed({"a": "A"})) == "x=1: A=s b=0.5 ${c}"
+
+
+def test_explained_keeps_the_named_arguments():
+    e = ConfigError("splits", 0, "must be in [1, {num_samples}]", {"num_samples": 8}).explained("see {num_samples}")
+    assert str(e.renamed({"num_samples": "metrics.samples"})) == \
+        "splits=0: must be in [1, metrics.samples=8]: see metrics.samples=8"
+
+
+def test_a_library_error_naming_other_arguments_is_said_in_config_keys():
+    from dadam3.topology import build_topology
+    with pytest.raises(ConfigError) as e:
+        build_topology("explicit", 2)
+    assert str(e.value) == "matrix=None: give exactly one of matrix= (a list of rows) or file="
+    assert str(e.value.renamed({"matrix": "topology.matrix", "file": "topology.file"})) == \
+        "topology.matrix=None: give exactly one of topology.matrix= (a list of rows) or topology.file="
 
 
 def test_named_as_renames_config_errors_only_and_keeps_echo():

@@ -14,7 +14,7 @@ from dadam3.errors import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
     mixer_for, optimizer_spec
-from dadam3.schema import OptimizerChoice
+from dadam3.schema import compose, train_settings
 from dadam3.topology import build_topology
 
 W2 = [[0.75, 0.25], [0.25, 0.75]]
@@ -240,8 +240,11 @@ def test_bad_hyper_parameters(name, hp, match):
         optimizer_spec(name).check_hparams(hp)
     with pytest.raises(ConfigError, match="^" + match.replace("name=dosg", "DOSG")):
         build_optimizer(name, [param([1.0])], None, **hp)
-    with pytest.raises(ConfigError, match="^optimizer." + match.replace("name=dosg", "optimizer=dosg")):
-        OptimizerChoice.check({"name": name, **hp})
+    said = match.replace("not an option of name=dosg; allowed: lr", r"means nothing for optimizer=dosg \(its keys: "
+                                                                    r"name, lr\)")
+    with pytest.raises(ConfigError, match="^optimizer." + said):     # the schema: the same check, in its keys
+        train_settings(compose("train", ["device=cpu", f"optimizer={name}",
+                                         *(f"optimizer.{k}={v}" for k, v in hp.items())]))
 
 
 def test_constructors_check_their_ranges_like_torch_optim():

@@ -1,6 +1,7 @@
 """dadam3.schema: every preset and group option composes and checks; unknown and meaningless
 keys are one line; each field's resume flag; each default in one place."""
-from dataclasses import FrozenInstanceError, fields, is_dataclass
+import pickle
+from dataclasses import MISSING, FrozenInstanceError, fields, is_dataclass
 
 import pytest
 import torch
@@ -8,11 +9,12 @@ from omegaconf import OmegaConf
 
 from dadam3.config import CONFIG_DIR, group_choices
 from dadam3.errors import ConfigError
+from dadam3.optim import OPTIMIZERS
 from dadam3.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run_dir import check_run_dir
 from dadam3.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
                            train_settings)
-from dadam3.schema.groups import GROUPS
+from dadam3.schema.groups import GROUPS, option_schema
 
 from trainer_runs import cli
 
@@ -60,7 +62,8 @@ def test_every_optimizer_composes_for_the_synthetic_game(option):
                             "image_size, partition, alpha)"),
     (["dataset=celeba,cifar10", "dataset.workers=2"], "dataset.workers=2: means nothing for dataset=cifar10"),
     (["+logger.project=x"], "logger.project=x: means nothing for logger=jsonl (its keys: kind)"),
-    (["+optimizer.beta3=0.1", "optimizer=dosg"], "optimizer.beta3=0.1: not an option of optimizer=dosg"),
+    (["+optimizer.beta3=0.1", "optimizer=dosg"], "optimizer.beta3=0.1: means nothing for optimizer=dosg (its keys: "
+                                                 "name, lr)"),
     (["loop.log_every=0"], "loop.log_every=0: must be an integer >= 1"),
     (["loop.autocast=fp8"], "loop.autocast=fp8: unknown value; allowed: null, bf16"),
     (["optimizer.lr=1e-3,-1"], "optimizer.lr=-1: must be in"),
@@ -110,6 +113,23 @@ def test_each_fields_resume_flag_is_what_may_change_on_resume_reads():
         [True, False, True, False, True, False, False, False, False]
 
 
+def test_the_optimizer_group_is_an_ordinary_group():
+    """Each optimizer's schema is made from its registry entry (name, then its class's HPARAMS with
+    their defaults and checks), found as every group's is: by the chosen option's name."""
+    for name, spec in OPTIMIZERS.items():
+        cls = GROUPS["optimizer"][1][f"schema_{name}"]
+        assert cls is option_schema("optimizer", name)
+        assert {f.name: f.default for f in fields(cls)} == {"name": MISSING, **{k: hp.default for k, hp in
+                                                                               spec.cls.HPARAMS.items()}}
+        assert {f.name: f.metadata["check"] for f in fields(cls)}["lr"] == spec.cls.HPARAMS["lr"].check
+    cfg = compose("train", ["device=cpu", "optimizer=adam3", "nodes=1"])      # adam3.yaml builds on dadam3.yaml
+    s = train_settings(cfg)
+    assert type(s.optimizer) is option_schema("optimizer", "adam3") and s.optimizer.name == "adam3"
+    assert dict(s.optimizer.hparams) == {k: hp.default for k, hp in OPTIMIZERS["adam3"].cls.HPARAMS.items()}
+    # what a launcher (submitit) pickles: the composed config, and the settings' classes
+    assert pickle.loads(pickle.dumps(cfg)) == cfg and pickle.loads(pickle.dumps(s.optimizer)) == s.optimizer
+
+
 def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
     config = OmegaConf.to_container(compose("train", ["experiment=toy_gaussians"]), resolve=True)
     old = {k: v for k, v in config.items() if k != "loop"} | config["loop"]
@@ -120,11 +140,12 @@ def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
 
 
 def test_no_yaml_repeats_a_default_of_its_schema():
-    for group, (_, options) in GROUPS.items():
+    for group, (key, options) in GROUPS.items():
         for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
             yaml = OmegaConf.to_container(OmegaConf.load(path))
-            (schema,) = [d for d in yaml.pop("defaults") if d != "_self_"]
-            defaults = {f.name: f.default for f in fields(options[schema])}
+            first = [d for d in yaml.pop("defaults") if d != "_self_"][0]   # a schema, or an option it builds on
+            assert first in options or (CONFIG_DIR / group / f"{first}.yaml").is_file(), path
+            defaults = {f.name: f.default for f in fields(option_schema(group, yaml[key]))}
             assert set(yaml) <= set(defaults), path
             assert not [k for k, v in yaml.items() if v == defaults[k]], path
     for name in ("train", "synthetic"):

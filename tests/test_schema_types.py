@@ -120,7 +120,8 @@ def test_the_walk_covers_every_group_and_node():
 @pytest.mark.parametrize("entry, args, says", [
     ("train", ["topology=torus", "topology.rows=abc"], "error: topology.rows=abc: must be an integer divisor of nodes"),
     ("train", ["dataset.name=[1,2]"], "error: dataset.name=[1, 2]: names the chosen option: choose it with dataset="),
-    ("synthetic", ["optimizer.name=[1,2]"], "error: optimizer.name=[1, 2]: names the chosen optimizer"),
+    ("synthetic", ["optimizer.name=[1,2]"], "error: optimizer.name=[1, 2]: names the chosen option: choose it with "
+                                            "optimizer=NAME"),
     ("synthetic", ["topology=explicit", "topology.matrix=[[a,b]]"], "error: topology.matrix=[['a', 'b']]: must be "),
 ])
 def test_at_the_command_line(tmp_path, entry, args, says):

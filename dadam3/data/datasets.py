@@ -134,7 +134,7 @@ def _normalize(channels: int) -> transforms.Normalize:
 def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
     raw = root / "MNIST" / "raw"
     names = [Path(f).stem for f, _ in datasets.MNIST.resources]   # *.gz -> idx file name
-    hint = "set download=true or place the idx files (raw or .gz) there"
+    hint = "set {download=true} or place the idx files (raw or .gz) there"     # said by _construct
     if not download:
         _gunzip_missing(root, raw, names)
     base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
@@ -172,7 +172,8 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
         raise ConfigError("root", str(root),
                           f"Fashion-MNIST not found: neither {tv_raw} nor {root} holds "
                           f"{' and '.join(names)} (raw or .gz); apt-get install dataset-fashion-mnist "
-                          f"and set root={FASHION_MNIST_DEBIAN_ROOT}, or set download=true")
+                          f"and set {{root={FASHION_MNIST_DEBIAN_ROOT}}}, or set {{download=true}}",
+                          {"root": str(root), "download": download})
     else:
         images, labels = _read_split(root, files)
     return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "fashion_mnist")
@@ -185,7 +186,8 @@ def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:
     except (OSError, IdxError) as e:
         raise ConfigError("root", str(root),
                           f"cannot read the Fashion-MNIST idx files ({_one_line(e)}); they may be "
-                          "corrupt: reinstall them or set download=true with an empty root") from None
+                          "corrupt: reinstall them or set {download=true} with an empty root",
+                          {"download": False}) from None
     if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
         raise ConfigError("root", str(root),
                           f"{files[0].name} holds {tuple(images.shape)} images and {files[1].name} "
@@ -197,7 +199,7 @@ def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
                 root: Path, size: int, download: bool, train: bool) -> TensorImages:
     folder = root / cls.base_folder
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-    hint = f"set download=true or extract {cls.filename} into {root}"
+    hint = f"set {{download=true}} or extract {cls.filename} into {root}"     # said by _construct
     base = _construct(lambda: cls(str(root), train=train, download=download),
                       title, root, folder, names, download, hint)
     images = torch.from_numpy(np.ascontiguousarray(base.data)).permute(0, 3, 1, 2)   # HWC -> CHW
@@ -238,7 +240,8 @@ def _gunzip_missing(root: Path, folder: Path, names: list[str]) -> None:
 
 def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
                download: bool, hint: str) -> Any:
-    """Run a torchvision constructor, turning its failures into one-line ConfigErrors."""
+    """Run a torchvision constructor, turning its failures into one-line ConfigErrors (``hint``: a
+    template that may name ``{download=...}``, see :class:`ConfigError`)."""
     try:
         return make()
     except (RuntimeError, OSError) as e:
@@ -246,15 +249,17 @@ def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, nam
         if download:
             raise ConfigError("download", True,
                               f"downloading {title} into {root} failed ({reason}); "
-                              f"place the files at {where} yourself and set download=false") from None
+                              f"place the files at {where} yourself and set {{download=false}}",
+                              {"download": True}) from None
         missing = [n for n in names if not (where / n).is_file()]
         if missing:
             raise ConfigError("root", str(root),
-                              f"{title} not found at {where} (missing {', '.join(missing)}); {hint}") from None
+                              f"{title} not found at {where} (missing {', '.join(missing)}); {hint}",
+                              {"download": download}) from None
         raise ConfigError("root", str(root),
                           f"{title} files at {where} were rejected by torchvision ({reason}); "
                           "they may be corrupt or not the official release: delete them and "
-                          "set download=true") from None
+                          "set {download=true}", {"download": download}) from None
 
 
 def _one_line(e: BaseException, limit: int = 300) -> str:
@@ -287,7 +292,7 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
                 raise ConfigError("download", True,
                                   f"downloading CelebA into {root} failed ({_one_line(e)}); needs gdown and "
                                   f"Google Drive access; place the files at {root / 'celeba'} yourself "
-                                  "and set download=false") from None
+                                  "and set {download=false}", {"download": True}) from None
             warnings.warn(f"CelebA at {root / 'celeba'}: torchvision's annotation files are missing or "
                           f"fail their md5 check ({_one_line(e)}); using every image in {tv_images} as a plain "
                           f"folder (split {split!r} ignored)", stacklevel=3)
@@ -296,8 +301,8 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
         raise ConfigError("root", str(root),
                           f"CelebA not found: expected {tv_images}/*.jpg with list_eval_partition.txt "
                           f"and the other annotation files in {root / 'celeba'} (torchvision layout), "
-                          f"or image files anywhere under {root}; set download=true or place "
-                          "the images there")
+                          f"or image files anywhere under {root}; set {{download=true}} or place "
+                          "the images there", {"download": download})
     if folder == root and split in ("valid", "test"):
         warnings.warn(f"CelebA from a plain folder ({root}) has no splits: using all images "
                       f"(split {split!r} ignored)", stacklevel=3)
@@ -313,8 +318,8 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
                                     transforms.ToTensor(), _normalize(3)])
     if not download and not folder.is_dir():
         raise ConfigError("root", str(root),
-                          f"Imagenette (160px) not found at {folder}; set download=true or "
-                          f"extract imagenette2-160.tgz into {root}")
+                          f"Imagenette (160px) not found at {folder}; set {{download=true}} or "
+                          f"extract imagenette2-160.tgz into {root}", {"download": download})
     wnids = ", ".join(sorted(datasets.Imagenette._WNID_TO_CLASS))
     try:
         base = datasets.Imagenette(str(root), split=split, size="160px", download=download,
@@ -328,7 +333,8 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
     except (RuntimeError, OSError) as e:
         raise ConfigError("download", download,
                           f"downloading Imagenette into {root} failed ({_one_line(e)}); extract "
-                          f"imagenette2-160.tgz into {root} and set download=false") from None
+                          f"imagenette2-160.tgz into {root} and set {{download=false}}",
+                          {"download": download}) from None
     # torchvision keeps (path, label) pairs only in the private ``_samples``.
     labels = torch.tensor([label for _, label in base._samples], dtype=torch.int64)
     return DecodedImages(base, (3, size, size), labels, "imagenette", workers)

@@ -103,8 +103,9 @@ class NodeSampler:
         for i, size in zip(self.node_ids, self.shard_sizes):
             if size < self.batch_size:
                 raise ConfigError("batch_size", batch_size,
-                                  f"node {i} holds only {size} samples (partition={self.partition}, "
-                                  f"{self.length} in the dataset); batch_size must be <= the smallest shard")
+                                  f"node {i} holds only {size} samples ({{partition}}, "
+                                  f"{self.length} in the dataset); batch_size must be <= the smallest shard",
+                                  {"partition": self.partition})
 
         self._epoch = [-1] * self.nodes
         self._pos = [0] * self.nodes

@@ -24,7 +24,7 @@ def node_blocks(M: int, R: int) -> list[range]:
     node_blocks(5, 2) = [range(0, 3), range(3, 5)]."""
     M, R = check_nodes(M), check_int("world_size", R, 1)
     if R > M:
-        raise ConfigError("world_size", R, f"at most nodes={M} ranks: every rank holds at least one node")
+        raise ConfigError("world_size", R, "at most {nodes} ranks: every rank holds at least one node", {"nodes": M})
     q, extra = divmod(M, R)
     return [range(r * q + min(r, extra), (r + 1) * q + min(r + 1, extra)) for r in range(R)]
 

@@ -154,8 +154,8 @@ def build_nets(arch: str, channels: int = 3, width: float = 1.0, nz: int | None 
     makes = image_size_of(arch)
     if image_size is not None and makes is not None and int(image_size) != makes:
         other = [a for a in ARCHS if image_size_of(a) == int(image_size)]
-        hint = f"; use arch={other[0]}" if other else ""
-        raise ConfigError("image_size", image_size, f"arch={arch} makes {makes}x{makes} images{hint}")
+        hint = f"; use {{arch={other[0]}}}" if other else ""
+        raise ConfigError("image_size", image_size, f"{{arch}} makes {makes}x{makes} images{hint}", {"arch": arch})
     if not (isinstance(width, (int, float)) and width > 0):
         raise ConfigError("width", width, "must be a number > 0")
     nz = DEFAULT_NZ[arch] if nz is None else nz

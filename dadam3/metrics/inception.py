@@ -49,7 +49,8 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
             return check_inception_weights(path)
         raise ConfigError("weights_path", str(weights_path),
                           f"Inception weights not found at this path; download "
-                          f"{INCEPTION_WEIGHTS_URL} to it or set weights_path=PATH")
+                          f"{INCEPTION_WEIGHTS_URL} to it or set {{weights_path=PATH}}",
+                          {"weights_path": str(weights_path)})
     cached = inception_weights_cache_path()
     if os.path.isfile(cached):
         return cached
@@ -70,7 +71,7 @@ def resolve_inception_weights(weights_path: str | os.PathLike | None = None,
     raise ConfigError("weights_path", None,
                       f"Inception weights not found in the torch.hub cache ({reason}); "
                       f"download {INCEPTION_WEIGHTS_URL} to {cached} "
-                      "or set weights_path=PATH")
+                      "or set {weights_path=PATH}", {"weights_path": None})
 
 
 def check_inception_weights(weights_path: str) -> str:

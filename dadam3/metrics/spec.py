@@ -52,7 +52,7 @@ class FidelitySpec:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(key, value, "must be a positive integer")
         if self.isc and not 1 <= self.splits <= num_samples:
-            raise ConfigError("splits", self.splits, f"must be in [1, num_samples={num_samples}]")
+            raise ConfigError("splits", self.splits, "must be in [1, {num_samples}]", {"num_samples": num_samples})
         if (self.fid or self.kid) and reference is None:
             raise ConfigError("reference", None, "FID/KID need a reference dataset")
         if not (self.isc or self.fid or self.kid):

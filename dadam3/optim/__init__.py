@@ -57,7 +57,7 @@ class Spec:
 
     def check_hparams(self, hparams: Mapping[str, Any]) -> dict[str, float]:
         """Every hyper-parameter: given ones checked (one-line ConfigError), others at their defaults."""
-        return self.cls.check_hparams(hparams, owner=f"name={self.name}")
+        return self.cls.check_hparams(hparams, self.name)
 
 
 OPTIMIZERS: dict[str, Spec] = {
@@ -89,8 +89,8 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
     spec = optimizer_spec(name)
     if spec.single_node:
         if nodes != 1:
-            raise ConfigError("nodes", nodes, f"name={name} is the single-node algorithm: use nodes=1 "
-                                              "(or name=dadam3 for several nodes)")
+            raise ConfigError("nodes", nodes, "{name} is the single-node algorithm: use {nodes=1} "
+                                              "(or {name=dadam3} for several nodes)", {"name": name, "nodes": nodes})
         return None
     if spec.topology is not None:
         topology, topology_kw = spec.topology, {}

@@ -67,7 +67,7 @@ class HParam:
         except ConfigError as e:
             if not self.why or e.allowed.startswith("must be a"):
                 raise
-            raise ConfigError(e.key, e.value, f"{e.allowed}: {self.why}") from None
+            raise e.explained(self.why) from None
 
 
 # The defaults are the ONE source of every hyper-parameter's value (configs/optimizer/*.yaml
@@ -123,15 +123,15 @@ class NodeOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     @classmethod
-    def check_hparams(cls, hparams: Mapping[str, Any], owner: str | None = None) -> dict[str, float]:
+    def check_hparams(cls, hparams: Mapping[str, Any], name: str | None = None) -> dict[str, float]:
         """All of ``HPARAMS``: the given values checked, the others at their defaults.
 
         Raises a one-line ConfigError naming the key for an unknown key or a value outside
-        its interval (``owner`` names the optimizer in the message)."""
+        its interval (``name``: the optimizer's registry name, said as ``name=...``)."""
         for key, value in hparams.items():
             if key not in cls.HPARAMS:
-                raise ConfigError(key, value, f"not an option of {owner or cls.__name__}; "
-                                                             f"allowed: {', '.join(cls.HPARAMS)}")
+                owner, refs = ("{name}", {"name": name}) if name is not None else (cls.__name__, None)
+                raise ConfigError(key, value, f"not an option of {owner}; allowed: {', '.join(cls.HPARAMS)}", refs)
         return {name: hp.check(name, hparams.get(name, hp.default)) for name, hp in cls.HPARAMS.items()}
 
     @classmethod

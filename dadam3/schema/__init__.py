@@ -1,10 +1,10 @@
 """The config schema, declared once: dataclasses registered as Hydra structured configs.
 
 * :mod:`dadam3.schema.runs` — the two entry points' schemas (``train``, ``synthetic``) and
-  their fixed nodes (``loop``, ``metrics``, ``cuda``, ``distributed``, ``game``);
+  their fixed sections (``loop``, ``metrics``, ``cuda``, ``distributed``, ``game``);
   :mod:`dadam3.schema.groups` — one schema per kind of group option (data sets, nets,
-  topologies, loggers). The optimizer group is a mapping whose schema is the algorithm
-  class's ``HPARAMS`` (:mod:`dadam3.optim`).
+  topologies, loggers, optimizers: an optimizer's fields are its algorithm class's ``HPARAMS``,
+  :mod:`dadam3.optim`).
 * Each field declares its default, its check and whether it may change on resume
   (:func:`dadam3.schema.fields.knob`); the YAML files in ``configs/`` name their schema
   node in ``defaults:`` and set only what is not a default.
@@ -22,22 +22,22 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.optim import OPTIMIZERS
+from dadam3.errors import ConfigError
 from dadam3.schema.fields import check_tree, schema_field
-from dadam3.schema.groups import GROUPS
+from dadam3.schema.groups import GROUPS, option_schema
 from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
-from dadam3.schema.runs import LoopSettings, OptimizerChoice, SyntheticConfig, TrainConfig
+from dadam3.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
 
-__all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "OptimizerChoice", "train_settings",
+__all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "train_settings",
            "synthetic_settings", "may_change_on_resume", "register", "compose", "check_overrides",
            "config_error", "merged_overrides"]
 
 
 def register() -> None:
     """Store every schema node in Hydra's ConfigStore: ``<entry>_schema`` (the primary
-    configs' first default), ``<group>/schema_<kind>`` (the group options') and
-    ``optimizer/schema_<name>`` (each optimizer's hyper-parameters at its class's defaults: the
-    YAML names the algorithm, the values come from ``HPARAMS`` only)."""
+    configs' first default) and ``<group>/schema_<kind>`` (the group options'; an optimizer's
+    ``optimizer/schema_<name>`` holds its hyper-parameters at its class's defaults: the YAML names
+    the algorithm, the values come from ``HPARAMS`` only)."""
     cs = ConfigStore.instance()
     for name, cls in ROOTS.items():
         cs.store(name=f"{name}_schema", node=cls)
@@ -45,9 +45,6 @@ def register() -> None:
     for group, (_, options) in GROUPS.items():
         for name, cls in options.items():
             cs.store(group=group, name=name, node=cls)
-    for name, spec in OPTIMIZERS.items():       # optimizer/schema_<name>: its class's HPARAMS defaults
-        cs.store(group="optimizer", name=f"schema_{name}",
-                 node={"name": name, **{k: hp.default for k, hp in spec.cls.HPARAMS.items()}})
 
 
 def train_settings(cfg: DictConfig) -> TrainConfig:
@@ -62,6 +59,7 @@ def synthetic_settings(cfg: DictConfig) -> SyntheticConfig:
 
 def _settings(cfg: DictConfig, cls: type):
     try:
+        cfg = _typed(cfg)
         settings = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), cfg))
         resolved = OmegaConf.to_container(cfg, resolve=True)
     except Exception as e:          # an interpolation that does not resolve, a value of the wrong type
@@ -70,10 +68,29 @@ def _settings(cfg: DictConfig, cls: type):
     return check_tree(settings)
 
 
+def _typed(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with each group option typed as the schema its name selects: a YAML may take its
+    values from another option's (``optimizer/adam3.yaml`` from ``dadam3``'s) or name no schema (an
+    optimizer added to the registry with a YAML file of its name and values only)."""
+    cfg = cfg.copy()
+    for group, (key, options) in GROUPS.items():
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig):
+            continue
+        schema = option_schema(group, node.get(key))
+        if schema is None:
+            names = [n for c in options.values() for n in schema_field(c, key).metadata["check"].names]
+            raise ConfigError(f"{group}.{key}", node.get(key), f"unknown {group}; allowed: {', '.join(names)}")
+        if OmegaConf.get_type(node) is not schema:
+            cfg[group] = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(node))
+    return cfg
+
+
 def may_change_on_resume(dotted_key: str) -> bool:
     """Whether ``dotted_key`` of the train config may differ between a checkpoint and its
     resume (declared beside each field: ``knob(..., resume=True)``). A key the schema does
-    not know may not; of the optimizer, every hyper-parameter may, its name may not."""
+    not know may not; of a group, a key any of its schemas lets change (an optimizer's
+    hyper-parameters, not its name)."""
     parts = dotted_key.split(".")
     cls: Any = TrainConfig
     for i, part in enumerate(parts):
@@ -83,8 +100,6 @@ def may_change_on_resume(dotted_key: str) -> bool:
         f = schema_field(cls, part)
         if f is None:
             return False
-        if part == "optimizer" and cls is TrainConfig:
-            return len(parts) == 2 and parts[1] != "name"
         if i == len(parts) - 1:
             return bool(f.metadata.get("resume"))
         cls = f.default_factory if is_dataclass(f.default_factory) else None

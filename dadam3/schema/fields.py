@@ -3,8 +3,8 @@
 A field of a schema dataclass carries, beside its default, its check (one of the small
 callables below, built on :mod:`dadam3.errors`, so a bad value is today's one line
 ``key=value: what is allowed``) and whether it may differ between a checkpoint and its
-resume. :func:`check_tree` applies every field's check (and a node's own ``cross_check``
-for rules between its fields), then freezes the node: the checked objects are the settings.
+resume. :func:`check_tree` applies every field's check (and a section's own ``cross_check``
+for rules between its fields), then freezes the section: the checked objects are the settings.
 """
 from __future__ import annotations
 
@@ -104,9 +104,10 @@ def text(key: str, value: Any) -> str | None:
     return value
 
 
-class Node:
-    """Base of every schema dataclass: mutable while OmegaConf builds it and :func:`check_tree`
-    checks it, frozen afterwards (assigning a field raises)."""
+class Section:
+    """Base of every schema dataclass, a section of the config (a node is a gossip node): mutable
+    while OmegaConf builds it and :func:`check_tree` checks it, frozen afterwards (assigning a
+    field raises)."""
 
     _frozen: ClassVar[bool] = False
 
@@ -116,7 +117,7 @@ class Node:
         object.__setattr__(self, name, value)
 
     def cross_check(self, prefix: str) -> None:
-        """Rules between this node's fields (after each field's own check)."""
+        """Rules between this section's fields (after each field's own check)."""
 
     def keys(self, prefix: str) -> dict[str, str]:
         """Each field's name -> its config key (``prefix`` + name): what
@@ -125,18 +126,18 @@ class Node:
         return {f.name: prefix + f.name for f in fields(self)}
 
 
-def check_tree(node: Node, prefix: str = "") -> Node:
-    """Check every field of ``node`` and its sub-nodes (keys named ``prefix + field``),
-    replace each value by its checked form, run the nodes' cross checks, then freeze."""
-    for f in fields(node):
-        value = getattr(node, f.name)
+def check_tree(section: Section, prefix: str = "") -> Section:
+    """Check every field of ``section`` and its sub-sections (keys named ``prefix + field``),
+    replace each value by its checked form, run the sections' cross checks, then freeze."""
+    for f in fields(section):
+        value = getattr(section, f.name)
         if is_dataclass(value):
             check_tree(value, f"{prefix}{f.name}.")
         elif f.metadata.get("check") is not None:
-            object.__setattr__(node, f.name, f.metadata["check"](f"{prefix}{f.name}", value))
-    node.cross_check(prefix)
-    object.__setattr__(node, "_frozen", True)
-    return node
+            object.__setattr__(section, f.name, f.metadata["check"](f"{prefix}{f.name}", value))
+    section.cross_check(prefix)
+    object.__setattr__(section, "_frozen", True)
+    return section
 
 
 def schema_field(cls: type, name: str):

@@ -1,30 +1,35 @@
-"""The schemas of the chosen-option groups: ``dataset``, ``model``, ``topology``, ``logger``.
+"""The schemas of the chosen-option groups: ``dataset``, ``model``, ``topology``, ``logger``,
+``optimizer``.
 
 Each option's YAML file (``configs/<group>/<option>.yaml``) names its schema node in its
 ``defaults:`` list (``schema_<kind>``, registered in Hydra's ConfigStore by
 :func:`dadam3.schema.register`) and sets only what tells the option apart (its name). A
 key its schema lacks means nothing for that option and is refused. The fields beyond the
 common ones are the builder's own options (``options``), handed to :func:`build_dataset`,
-:func:`build_nets` or :func:`build_topology`, which check them for their direct callers too.
+:func:`build_nets` or :func:`build_topology`, which check them for their direct callers too. An
+optimizer's schema is made from its registry entry (:func:`optimizer_schema`): its fields are the
+algorithm class's ``HPARAMS``, each with its default and its interval as the check.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, make_dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Iterator, Mapping, Optional
 
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
+from dadam3.optim import OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run_logging import WANDB_MODES
-from dadam3.schema.fields import Choice, Int, Node, Num, OptionName, boolean, knob, matrix_rows, text
+from dadam3.schema.fields import Choice, Int, Num, OptionName, Section, boolean, knob, matrix_rows, schema_field, text
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
 
 
-class Option(Node):
+class Option(Section):
     """A group option: ``options`` are its fields beyond :attr:`COMMON` (its builder's own)."""
 
     COMMON: ClassVar[tuple[str, ...]] = ()
@@ -217,12 +222,80 @@ class Wandb(Option):
             self.mode = Choice(WANDB_MODES)(f"{prefix}mode", os.environ.get("WANDB_MODE") or "online")
 
 
+# ---------------------------------------------------------------- optimizer
+
+class OptimizerOption(Option):
+    """An ``optimizer`` option: its name (a key of :data:`dadam3.optim.OPTIMIZERS`) and the
+    hyper-parameters of its algorithm (the class's ``HPARAMS``: defaults and intervals)."""
+
+    COMMON = ("name",)
+
+    @property
+    def hparams(self) -> Mapping[str, float]:
+        return self.options
+
+    def check_topology(self, topology: str) -> None:
+        """A centralized variant (cadam3, cosg) runs on its own graph: a config naming another
+        would record a topology the run never used."""
+        forced = optimizer_spec(self.name).topology
+        if forced is not None and topology != forced:
+            raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
+                                                    f"selects it); drop topology={topology}")
+        if optimizer_spec(self.name).single_node and topology != "ring":     # ring: the config's default
+            raise ConfigError("topology", topology, f"means nothing for optimizer={self.name}, the single-node "
+                                                    f"algorithm (nodes=1, no mixing); drop topology={topology}")
+
+
+OPTIMIZER_SCHEMA = "OptimizerOption_"       # + the optimizer's name: its schema's class name
+
+
+@functools.cache
+def optimizer_schema(spec: Spec) -> type:
+    """The schema of optimizer ``spec.name``: ``name``, then one field per hyper-parameter (its
+    ``HParam``'s default, and its check; each may change on resume)."""
+    hparams = [(key, float, knob(hp.default, hp.check, resume=True)) for key, hp in spec.cls.HPARAMS.items()]
+    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name, [("name", str, knob(check=OptionName((spec.name,)))), *hparams],
+                         bases=(OptimizerOption,))
+    cls.__module__ = __name__            # found again by the module's __getattr__ (pickle, submitit)
+    return cls
+
+
+def __getattr__(name: str) -> type:
+    if name.startswith(OPTIMIZER_SCHEMA) and name[len(OPTIMIZER_SCHEMA):] in OPTIMIZERS:
+        return optimizer_schema(OPTIMIZERS[name[len(OPTIMIZER_SCHEMA):]])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class OptimizerSchemas(Mapping):
+    """``schema_<name>`` -> :func:`optimizer_schema` for every optimizer of the registry (read when
+    asked: an optimizer added to :data:`~dadam3.optim.OPTIMIZERS` has its schema)."""
+
+    def __getitem__(self, key: str) -> type:
+        name = key.removeprefix("schema_")
+        if not key.startswith("schema_") or name not in OPTIMIZERS:
+            raise KeyError(key)
+        return optimizer_schema(OPTIMIZERS[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([f"schema_{name}" for name in OPTIMIZERS])
+
+    def __len__(self) -> int:
+        return len(OPTIMIZERS)
+
+
+def option_schema(group: str, name: Any) -> type | None:
+    """The schema of ``group``'s option ``name`` (the class whose name check allows it; None if none)."""
+    key, options = GROUPS[group]
+    return next((cls for cls in options.values() if name in schema_field(cls, key).metadata["check"].names), None)
+
+
 # group -> (the key naming the option, {schema node name: class}); the YAML files name the nodes
-GROUPS: dict[str, tuple[str, dict[str, type]]] = {
+GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
     "dataset": ("name", {"schema_images": Images, "schema_decoded_images": DecodedImages,
                          "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages, "schema_gaussians": Gaussians}),
     "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP, "schema_custom": Custom}),
     "topology": ("name", {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
                           "schema_explicit": Explicit}),
     "logger": ("kind", {"schema_jsonl": Jsonl, "schema_wandb": Wandb}),
+    "optimizer": ("name", OptimizerSchemas()),
 }

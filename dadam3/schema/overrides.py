@@ -16,13 +16,12 @@ from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR
-from dadam3.errors import ConfigError, named_as
-from dadam3.optim import optimizer_spec
+from dadam3.errors import ConfigError
 from dadam3.schema.fields import did_you_mean, schema_field
-from dadam3.schema.groups import GROUPS
+from dadam3.schema.groups import GROUPS, option_schema
 from dadam3.schema.runs import SyntheticConfig, TrainConfig
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
@@ -85,8 +84,8 @@ def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequenc
 
 
 def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
-    """Walk ``key`` through the schema ``root`` (group nodes: the chosen option's schema, in
-    ``cfg``) and check ``value`` with the field's check."""
+    """Walk ``key`` through the schema ``root`` (a group: the schema its chosen option's name
+    selects, :func:`~dadam3.schema.groups.option_schema`) and check ``value`` with the field's check."""
     parts = key.split(".")
     cls: Any = root
     for i, part in enumerate(parts):
@@ -104,14 +103,10 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
             if check is not None and not (isinstance(value, str) and "${" in value):
                 check(path, value)
             return
-        if i == 0 and part == "optimizer":
-            if rest != ["name"]:
-                key = ".".join(rest)
-                with named_as({"name": "optimizer", key: f"optimizer.{key}"}):
-                    optimizer_spec(cfg.optimizer.name).check_hparams({key: value})
-            return
         if i == 0 and part in GROUPS:
-            cls = OmegaConf.get_type(cfg[part])
+            cls = option_schema(part, cfg[part][GROUPS[part][0]])
+            if cls is None:
+                return                      # an option no schema knows: the settings refuse its name
         elif is_dataclass(f.default_factory):
             cls = f.default_factory
         elif getattr(f.metadata.get("check"), "free_keys", False):

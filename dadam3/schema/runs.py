@@ -1,5 +1,5 @@
 """The schemas of the two entry points: ``configs/train.yaml`` (:class:`TrainConfig`) and
-``configs/synthetic.yaml`` (:class:`SyntheticConfig`), with their fixed sub-nodes.
+``configs/synthetic.yaml`` (:class:`SyntheticConfig`), with their fixed sections.
 
 Checked by :func:`dadam3.schema.train_settings` / :func:`~dadam3.schema.synthetic_settings`,
 these objects are the runs' settings: typed, frozen, read by the entry points only.
@@ -17,8 +17,7 @@ from dadam3.distributed.failures import check_timeout
 from dadam3.errors import ConfigError, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.metrics.spec import FEATURE_EXTRACTORS
-from dadam3.optim import optimizer_spec
-from dadam3.schema.fields import Choice, Int, Node, Num, boolean, knob, text
+from dadam3.schema.fields import Choice, Int, Num, Section, boolean, knob, text
 from dadam3.schema.groups import SEED_MAX
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -46,37 +45,8 @@ def device_name(key: str, value: Any) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class OptimizerChoice:
-    """The ``optimizer`` group, checked: its name and every hyper-parameter (the algorithm
-    class's ``HPARAMS`` are the schema: defaults and intervals; see :mod:`dadam3.optim`)."""
-    name: str
-    hparams: Mapping[str, float]
-
-    @classmethod
-    def check(cls, mapping: Mapping[str, Any]) -> "OptimizerChoice":
-        o = dict(mapping)
-        name = o.pop("name")
-        if not isinstance(name, str):
-            raise ConfigError("optimizer.name", name, "names the chosen optimizer: choose it with optimizer=NAME")
-        with named_as({"name": "optimizer", **{key: f"optimizer.{key}" for key in o}}):
-            hparams = optimizer_spec(name).check_hparams(o)
-        return cls(name, MappingProxyType(hparams))
-
-    def check_topology(self, topology: str) -> None:
-        """A centralized variant (cadam3, cosg) runs on its own graph: a config naming another
-        would record a topology the run never used."""
-        forced = optimizer_spec(self.name).topology
-        if forced is not None and topology != forced:
-            raise ConfigError("topology", topology, f"optimizer={self.name} runs on topology={forced} (its preset "
-                                                    f"selects it); drop topology={topology}")
-        if optimizer_spec(self.name).single_node and topology != "ring":     # ring: the config's default
-            raise ConfigError("topology", topology, f"means nothing for optimizer={self.name}, the single-node "
-                                                    f"algorithm (nodes=1, no mixing); drop topology={topology}")
-
-
 @dataclass
-class Distributed(Node):
+class Distributed(Section):
     """backend=distributed only."""
     backend: str = knob("auto", Choice(("auto", "gloo", "nccl")), resume=True)   # auto: nccl on CUDA, else gloo
     # a rank that died or hangs makes the others stop with one line after this long
@@ -84,7 +54,7 @@ class Distributed(Node):
 
 
 @dataclass
-class Cuda(Node):
+class Cuda(Section):
     """Applied only when the run is on a CUDA device."""
     tf32: bool = knob(True, boolean, resume=True)             # float32 convs/matmuls on TF32 (gossip stays fp32)
     cudnn_benchmark: bool = knob(True, boolean, resume=True)  # cuDNN times its algorithms once per shape
@@ -94,7 +64,7 @@ class Cuda(Node):
 
 
 @dataclass
-class Metrics(Node):
+class Metrics(Section):
     """What an evaluation computes and how often (torch-fidelity)."""
     every: int = knob(1000, Int(0), resume=True)              # evaluation period (0: never)
     samples: int = knob(5000, Int(1), resume=True)            # per node and for the averaged model
@@ -117,7 +87,7 @@ N_CRITIC_MAX = 1000         # critic steps per iteration (WGAN-GP recipes use 5)
 
 
 @dataclass
-class LoopSettings(Node):
+class LoopSettings(Section):
     """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`)."""
     iterations: int = knob(30000, Int(1), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
@@ -136,7 +106,7 @@ class LoopSettings(Node):
 
 
 @dataclass
-class TrainConfig(Node):
+class TrainConfig(Section):
     """``python -m dadam3.train``; ``config`` is the resolved config (stored in checkpoints)."""
     nodes: int = knob(5, Int(1))                              # M node copies
     backend: str = knob("local", Choice(("local", "distributed")), resume=True)   # distributed: under torchrun
@@ -189,7 +159,6 @@ class TrainConfig(Node):
         if self.resume is not None and not self.resume.strip():
             raise ConfigError("resume", self.resume, "is empty (an unset variable?): give a checkpoint file or a "
                                                      "run directory, or leave resume out for a fresh run")
-        self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
 
 
@@ -227,7 +196,7 @@ def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
 
 
 @dataclass
-class Game(Node):
+class Game(Section):
     """The synthetic game of Section 5.1 (:class:`~dadam3.games.synthetic.SyntheticGame` checks c and k)."""
     c: float = knob(1010.0)
     k: float = knob(0.01)
@@ -238,7 +207,7 @@ class Game(Node):
 
 
 @dataclass
-class SyntheticConfig(Node):
+class SyntheticConfig(Section):
     """``python -m dadam3.synthetic``."""
     nodes: int = knob(5, Int(1))
     iterations: int = knob(10_000_000, Int(1))
@@ -250,5 +219,4 @@ class SyntheticConfig(Node):
     topology: Any = knob(MISSING)
 
     def cross_check(self, prefix: str) -> None:
-        self.optimizer = OptimizerChoice.check(self.optimizer)
         self.optimizer.check_topology(self.topology.name)
