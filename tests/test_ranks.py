@@ -77,7 +77,7 @@ def test_float32_training_on_two_ranks_equals_the_simulator(tmp_path):
     diagnostic whose node sums are all-reduced over the ranks) agree to 1e-14 relative."""
     train(TOY, tmp_path / "sim")
     r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *TOY,
-                        "backend=distributed", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'r2'}"],
+                        "placement=distributed", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'r2'}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     sim, ranks = (read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("sim", "r2"))
@@ -100,7 +100,7 @@ def test_float32_training_on_two_ranks_equals_the_simulator(tmp_path):
 # ---------------------------------------------------------------- clean stops under a launcher (item 11)
 
 LAUNCH = [sys.executable, "-m", "dadam3.distributed.launch", "--standalone", "--nproc-per-node=2", "-m", "dadam3.train"]
-ENDLESS = [*TOY[:-2], "loop.iterations=100000", "loop.checkpoint_every=100000", "dtype=float64", "backend=distributed",
+ENDLESS = [*TOY[:-2], "loop.iterations=100000", "loop.checkpoint_every=100000", "dtype=float64", "placement=distributed",
            "distributed.timeout_s=30"]
 
 
@@ -148,7 +148,7 @@ def test_a_rank_that_starts_alone_says_so_in_one_line_without_cpp_frames(tmp_pat
     """Rank 1 starting after rank 0 has gone (nobody at MASTER_PORT): one line, exit 3."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, "backend=distributed", "distributed.timeout_s=3",
+    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, "placement=distributed", "distributed.timeout_s=3",
                         f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env=env)
     assert r.returncode == 3, r.stderr[-2000:]

@@ -127,7 +127,7 @@ def test_3_a_refused_run_leaves_the_runs_provenance_and_log(tmp_path):
 def test_5_ranks_with_different_configs_stop_before_training(tmp_path):
     run = tmp_path / "run"
     r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *SMALL,
-                        "seed='${oc.decode:${oc.env:RANK}}'", "backend=distributed", "distributed.timeout_s=60",
+                        "seed='${oc.decode:${oc.env:RANK}}'", "placement=distributed", "distributed.timeout_s=60",
                         f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode != 0
     lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
@@ -143,7 +143,7 @@ def test_7_an_occupied_master_port_is_named_and_the_timeout_is_the_real_one(tmp_
         held.listen(8)
         port = held.getsockname()[1]
         env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
-        args = [sys.executable, "-m", "dadam3.train", *SMALL, "backend=distributed", "distributed.timeout_s=5"]
+        args = [sys.executable, "-m", "dadam3.train", *SMALL, "placement=distributed", "distributed.timeout_s=5"]
         procs, start = [], time.monotonic()
         for rank in (0, 1):
             procs.append(subprocess.Popen(args + [f"hydra.run.dir={tmp_path / str(rank)}"], cwd=ROOT, text=True,
@@ -244,7 +244,7 @@ def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path
     (["+model.foo=1"], "model.foo=1: means nothing for model=mlp"),
     (["+dataset.alpha=0.1"], "dataset.alpha=0.1: means nothing for dataset=gaussians"),
     ([*FAKE, "dataset.alpha=0.1"], "dataset.alpha=0.1: only used with dataset.partition=dirichlet"),
-    (["distributed.timeout_s=60"], "distributed.timeout_s=60.0: only used with backend=distributed"),
+    (["distributed.timeout_s=60"], "distributed.timeout_s=60.0: only used with placement=distributed"),
     (["+metrics.evry=5"], "metrics.evry=5: unknown key; did you mean every?"),
     (["+optimzer.lr=1"], "optimzer={'lr': 1}: unknown key; did you mean optimizer?"),
     (["+foo=1"], "foo=1: unknown key"),
@@ -256,7 +256,7 @@ def test_10_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path
     (["seed=18446744073709551616"], "seed=18446744073709551616: must be an integer in [0, 4294967295]"),
     (["topology=erdos_renyi", "topology.seed=-1"], "topology.seed=-1: must be an integer in [0, 4294967295]"),
     (["topology=erdos_renyi", "topology.seed=1.5"], "topology.seed=1.5: must be an integer"),
-    (["backend=distributed", "distributed.timeout_s=1e300"], "distributed.timeout_s=1e+300: must be in (0, 3.1536e+07]"),
+    (["placement=distributed", "distributed.timeout_s=1e300"], "distributed.timeout_s=1e+300: must be in (0, 3.1536e+07]"),
     (["threads=100000"], "threads=100000: must be an integer in [1, 1024]"),
     ([*FAKE, "metrics.inception=true", "metrics.samples=5"],
      "metrics.samples=5: must be >= 10"),
@@ -282,8 +282,8 @@ def test_12_too_many_nodes_for_the_data_names_nodes(tmp_path):
 def test_12_torchrun_without_backend_distributed_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    with pytest.raises(ConfigError, match=r"^backend=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
-                                          r"torchrun\): set backend=distributed"):
+    with pytest.raises(ConfigError, match=r"^placement=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
+                                          r"torchrun\): set placement=distributed"):
         build_trainer(train_settings(config(SMALL)), tmp_path / "run")
 
 

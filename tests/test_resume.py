@@ -99,7 +99,7 @@ def test_10_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     attempt = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # then the process died
-    attempt.logger.finish()
+    attempt.records.logger.finish()
     attempt.run.lock.release()
     t = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
     t.fit()
