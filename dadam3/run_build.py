@@ -49,9 +49,10 @@ METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path"
 
 
 class Where(NamedTuple):
-    """Where this process runs: its block of the nodes, its device, the players' mixer."""
+    """Where this process runs: its block of the nodes, its device and dtype, the players' mixer."""
     placement: Placement
     device: torch.device
+    dtype: torch.dtype
     mixer: object
 
 
@@ -69,14 +70,14 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
     state, dataset, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets, make_generator))
     logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
-    draws = GeneratorDraws(state.G.in_shape[0], s.seed, where.device, s.torch_dtype)
+    draws = GeneratorDraws(state.G.in_shape[0], s.seed, where.device, where.dtype)
     grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
     outputs = RunOutputs(Records(logger, grid, where.placement),
                          Checkpointer(rd.path, where.placement, s.loop.checkpoint_every, s.config),
                          sample_hook(dataset, draws, rd.path / "samples", s.loop.sample_every, logger), evaluate)
     full_G = (stack_nets(state.G.node_module(0), s.nodes, in_shape=state.G.in_shape, out_shape=state.G.out_shape)
               if where.placement.distributed and where.placement.is_main else None)
-    run = RunContext(rd.path, where.device, s.torch_dtype, where.placement, lock=rd, full_G=full_G,
+    run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
                      graphs=s.cuda.graphs)
     trainer = WGANTrainer(state, s.loop, run, outputs)
     if rd.checkpoint is not None:
@@ -88,9 +89,10 @@ def start_processes(s: TrainConfig) -> Where:
     """This process's place among the run's (under torchrun: the ranks joined and agreed on the
     config), its device with the CUDA flags and threads set, and the players' mixer."""
     world = int(os.environ.get("WORLD_SIZE", "1")) if s.placement == "distributed" else 1
+    device = s.torch_device
     with named_as({"model": "model.width"}):       # a net without a size key: its width
-        check_fits(s, world, s.torch_device)
-    placement, device, make_mixer = Placement(s.nodes), s.torch_device, LocalMixer
+        check_fits(s, world, device)
+    placement, make_mixer = Placement(s.nodes), LocalMixer
     if s.placement == "distributed":
         with named_as(s.distributed.keys("distributed.")):
             info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
@@ -108,14 +110,14 @@ def start_processes(s: TrainConfig) -> Where:
     def mixer():
         with named_as({**t.keys("topology."), "name": "optimizer"}):   # mixer_for says topology= itself
             return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
-    return Where(placement, device, on_every_rank(placement, mixer))
+    return Where(placement, device, s.torch_dtype, on_every_rank(placement, mixer))
 
 
 def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
                 make_generator: Callable[..., torch.Generator]) -> tuple[TrainState, object, Evaluation | None]:
     """The run's state (a resume's checkpoint loaded: one that does not fit is refused before
     the run directory is touched), its data set and evaluation."""
-    o, d, device = s.optimizer, s.dataset, where.device
+    o, d, device, dtype = s.optimizer, s.dataset, where.device, where.dtype
     torch.manual_seed(s.seed)
     with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
         dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True,
@@ -125,12 +127,12 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
                               seed=s.seed, device=device, prefetch=s.prefetch, node_ids=where.placement.block)
     channels_last = s.cuda.channels_last and device.type == "cuda"
     G, D = build_nets(s, len(where.placement.block), dataset.shape, nets, channels_last)
-    G, D = G.to(device=device, dtype=s.torch_dtype), D.to(device=device, dtype=s.torch_dtype)
+    G, D = G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
     fused = None if s.cuda.compile_step else False         # None: fused on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=fused, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=fused, start=False, **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
-        evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, s.torch_dtype))
+        evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, dtype))
     noise = NodeNoise(s.seed, where.placement.block, device, make_generator)
     state = TrainState(G, D, opt_g, opt_d, sampler, noise, where.placement.block, where.mixer)
     if rd.checkpoint is not None:

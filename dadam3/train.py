@@ -58,22 +58,15 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
     if not cfg.get("resume"):
         return cfg
     hc = HydraConfig.get()
-    base = run_overrides(resolve_resume_path(cfg.resume).parent.parent)
+    base = run_overrides(resolve_resume_path(cfg.resume).parent.parent, TrainConfig.renamed)
     if not base:
         return cfg
-    base = [_renamed(o) for o in base]          # the run's, maybe under an earlier version's keys
     given = merged_overrides(list(hc.overrides.task), [resume_override(cfg.resume)])
     try:
         return hydra.compose(config_name=hc.job.config_name, overrides=merged_overrides(base, given,
                                                                                        ("resume", "overwrite")))
     except Exception as e:
         raise config_error(e) from None
-
-
-def _renamed(override: str) -> str:
-    """``placement=distributed`` (an earlier version's key) as ``placement=distributed``."""
-    key, eq, value = override.partition("=")
-    return f"{TrainConfig.renamed.get(key, key)}{eq}{value}"
 
 
 def _dir_named() -> bool:
@@ -140,6 +133,6 @@ if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.train import main as task
-    sys.argv[1:] = resume_argv(sys.argv[1:])
+    sys.argv[1:] = resume_argv(sys.argv[1:], TrainConfig.renamed)
     run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "loop", "experiment"),
             check=partial(check_overrides, "train"))
