@@ -224,8 +224,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     assert on_cuda(t.sampler.next_batch())
 
     for k in (1, 2):
-        out = t.train_step()
-        t.state.window.add(out)
+        out = t.train_step()                  # its values go into the window, too
         assert on_cuda(*out.values()) and all(v.shape == (M,) for v in out.values())
     t._check_finite()                          # the losses' non-finite iterations, noted on the device; params
     assert on_cuda(*state_tensors(t), *t.state.window.sums.values(), *t.finite.first_bad.values())

@@ -101,23 +101,30 @@ class WGANTrainer(RunStops):
 
     # ------------------------------------------------------------------ one iteration
     def train_step(self) -> dict[str, torch.Tensor]:
-        """One iteration k -> k + 1; returns per-node values [M] for the records."""
+        """Iteration k -> k + 1 (the module docstring's steps): its per-node values [M], which
+        also go into the logging window."""
+        k = self.state.iteration + 1
         if self.s.n_critic > 1:
-            return self._alternating_step()
-        if self.graph is not None:                      # cuda.graphs=true: a replayed graph, same gradients
-            out = self.graph()
+            out = self._alternating_step(k)
         else:
-            with self._autocast():                      # gradients of the game at Z_k
-                out = wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
-        self.finite.note(out, self.state.iteration + 1)
-        out["operator_norm"] = self._operator_norm()
-        self._clip(self.D, self.G)
-        step_together([self.opt_d, self.opt_g])         # the gossip step: one exchange per round for both players
+            out = self._gradients()                     # [grad_theta L_G, grad_alpha L_D] at Z_k
+            self.finite.note(out, k)                    # the losses' finiteness, noted on the device
+            out["operator_norm"] = self._operator_norm()
+            self._clip(self.D, self.G)
+            step_together([self.opt_d, self.opt_g])     # both players' step, one gossip exchange per round: Z_{k+1}
+        self.state.window.add(out)                      # the records
         return out
 
-    def _alternating_step(self) -> dict[str, torch.Tensor]:
+    def _gradients(self) -> dict[str, torch.Tensor]:
+        """Both players' gradients at the parameters, and the losses: a replayed CUDA graph
+        (``cuda.graphs``: the same values) or eagerly."""
+        if self.graph is not None:
+            return self.graph()
+        with self._autocast():
+            return wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+
+    def _alternating_step(self, k: int) -> dict[str, torch.Tensor]:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
-        k = self.state.iteration + 1
         for _ in range(self.s.n_critic):
             overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
             with self._autocast():
@@ -178,10 +185,9 @@ class WGANTrainer(RunStops):
         """Iterations until ``iterations``, or until a stop signal (then checkpoint and stop)."""
         st = self.state
         while st.iteration < self.s.iterations:
-            out = self.train_step()
+            self.train_step()
             (signum,) = self.placement.agree_max([stop.signum or 0])
             st.iteration += 1
-            st.window.add(out)
             k, last = st.iteration, st.iteration == self.s.iterations
             evaluate = self.evaluate is not None and self.evaluate.due(k, last)
             log = self.records.due(k, last, evaluate)
