@@ -33,7 +33,7 @@ from dadam3.gan.trainer import RunContext, RunOutputs, WGANTrainer
 from dadam3.gan.vmapped import stack_nets
 from dadam3.log_rewind import LoggingGrid, record_at_resume_point_kept
 from dadam3.metrics.evaluation import Evaluation, evaluation_hook
-from dadam3.mixing import LocalMixer
+from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run_checks import check_launch, check_paths, check_shards
 from dadam3.run_dir import RunDir, claim_run_dir
@@ -53,7 +53,7 @@ class Where(NamedTuple):
     placement: Placement
     device: torch.device
     dtype: torch.dtype
-    mixer: object
+    mixer: Mixer | None              # None: single-node Adam3
 
 
 def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None,
