@@ -9,6 +9,8 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
 
 import torch
 
@@ -100,10 +102,11 @@ def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = No
     (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
 
 
-def run_overrides(run_dir: Path) -> list[str]:
+def run_overrides(run_dir: Path, renamed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
     """The command-line overrides a run was made with and each of its resumes added, in order
     (``.hydra/overrides.yaml``, then ``.hydra/resumed_<iteration>/overrides.yaml``); empty
-    when the run has no ``.hydra/`` (a directory made by hand, or before it was written)."""
+    when the run has no ``.hydra/`` (a directory made by hand, or before it was written).
+    ``renamed``: a key an earlier version wrote -> its name now."""
     hydra_dir = Path(run_dir) / ".hydra"
     files = [hydra_dir / "overrides.yaml", *sorted(hydra_dir.glob("resumed_*/overrides.yaml"))]
     out = []
@@ -113,7 +116,7 @@ def run_overrides(run_dir: Path) -> list[str]:
         except Exception:        # not YAML (damaged): what it held is unknown
             values = []
         out += [str(v) for v in values] if isinstance(values, list) else []
-    return out
+    return [renamed.get(key, key) + eq + value for key, eq, value in (o.partition("=") for o in out)]
 
 
 def _code_commit() -> str:
@@ -157,10 +160,10 @@ def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
     return entry
 
 
-def resume_argv(argv: list[str]) -> list[str]:
-    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first,
-    then ``argv`` (:func:`dadam3.train.resumed_config`; before Hydra composes, so that keys of
-    the run's data set or net are known)."""
+def resume_argv(argv: list[str], renamed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
+    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first
+    (:func:`run_overrides`), then ``argv`` (:func:`dadam3.train.resumed_config`; before Hydra
+    composes, so that keys of the run's data set or net are known)."""
     resume = None
     for arg in argv:
         try:
@@ -170,7 +173,7 @@ def resume_argv(argv: list[str]) -> list[str]:
         if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
             resume = o.value()
     try:
-        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent)
+        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent, renamed)
     except ConfigError:
         base = []                   # the run says so, in its own words
     return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv

@@ -36,6 +36,7 @@ from dadam3.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, r
                                resolve_resume_path, resume_override)
 from dadam3.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors import ConfigError, check_usable_dir
+from dadam3.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
                                                 f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "
                                                 "with hydra.run.dir=NEW")
-        changed = check_resume(ckpt, path, config)
+        changed = check_resume(ckpt, path, config, may_change_on_resume, TrainConfig.renamed)
     run_dir = Path(home or run_dir)
     check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
     if home is not None and not (home / "metrics.jsonl").is_file():

@@ -14,10 +14,10 @@ per mix (``wire_bytes``); ``LocalMixer`` on all M nodes in this process for comp
 Dadam3 mixes twice per optimizer step. On a shared machine the times are only indicative.
 
 ``--train``: whole training iterations instead (the trainer of ``python -m dadam3.train``,
-``backend=distributed``, built in each rank with the overrides of ``--overrides``; default
+``placement=distributed``, built in each rank with the overrides of ``--overrides``; default
 the toy WGAN-GP on M nodes, Dadam3): milliseconds per iteration (slowest rank), the share
 of it spent inside the mixer (communication and the mixing matmul), and bytes per node and
-per rank per iteration; first the simulator (``backend=local``, one process) for comparison.
+per rank per iteration; first the simulator (``placement=local``, one process) for comparison.
 
 ``--fused``: what one communication round per Dadam3 step would cost instead of two.
 X_k = W_k^t A and Z_{k+1} = W_{k+1}^t (X_k - eta D_k) = W_{k+1}^t W_k^t A - eta W_{k+1}^t D_k
@@ -96,12 +96,12 @@ def _rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
 
 
 def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
-    """One rank of the trainer; world = 0: the simulator (backend=local) in one process."""
+    """One rank of the trainer; world = 0: the simulator (placement=local) in one process."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(a["threads"])
-    backend = (["backend=distributed", "distributed.timeout_s=120", f"distributed.backend={a['backend']}"]
-               if world else [])
+    placement = (["placement=distributed", "distributed.timeout_s=120", f"distributed.backend={a['backend']}"]
+                 if world else [])
     from hydra import compose, initialize_config_dir
 
     from dadam3.config import CONFIG_DIR
@@ -109,7 +109,7 @@ def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
     from dadam3.train import build_trainer
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*a["overrides"], f"nodes={a['nodes']}", *backend,
+        cfg = compose(config_name="train", overrides=[*a["overrides"], f"nodes={a['nodes']}", *placement,
                                                       "loop.progress=false", f"threads={a['threads']}",
                                                       *(["device=cuda"] if a["backend"] == "nccl" else [])])
     t = build_trainer(train_settings(cfg), Path(out) / "run")

@@ -1,4 +1,4 @@
-"""backend=distributed against the simulator: real ranks (gloo on CPU) under torchrun, float64,
+"""placement=distributed against the simulator: real ranks (gloo on CPU) under torchrun, float64,
 the toy WGAN-GP on M = 5 nodes. Every node's parameters and optimizer state equal the
 simulator's within 1e-10 and metrics.jsonl holds the same records (wall times aside), for
 R in {1, 2, 3}, three optimizers and three topologies; checkpoints written by R = 2 resume
@@ -30,7 +30,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def simulator(run_dir, *args):
-    """The reference: the same run in the simulator (backend=local), in this process (build, fit,
+    """The reference: the same run in the simulator (placement=local), in this process (build, fit,
     finish, as ``python -m dadam3.train`` does; the CLI itself is tested in test_train.py,
     test_run_dir.py and test_signals.py, and the ranks here all go through it)."""
     train([*TOY, *args], run_dir)
@@ -38,7 +38,7 @@ def simulator(run_dir, *args):
 
 def ranks(R, run_dir, *args, timeout=300):
     r = subprocess.run([str(TORCHRUN), "--standalone", f"--nproc-per-node={R}", "-m", "dadam3.train", *TOY, *args,
-                        "backend=distributed", "distributed.timeout_s=60", f"hydra.run.dir={run_dir}"],
+                        "placement=distributed", "distributed.timeout_s=60", f"hydra.run.dir={run_dir}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -125,7 +125,7 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
         env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "dadam3.train", *TOY, "loop.iterations=100000", "backend=distributed",
+            [sys.executable, "-m", "dadam3.train", *TOY, "loop.iterations=100000", "placement=distributed",
              f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={tmp_path / 'run'}"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     metrics = tmp_path / "run" / "metrics.jsonl"
@@ -170,7 +170,7 @@ def _start_two_ranks(run_dir, *args, code=None):
         env = {**ENV, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port)}
         entry = ["-c", code] if code else ["-m", "dadam3.train"]
-        procs.append(subprocess.Popen([sys.executable, *entry, *TOY, *args, "backend=distributed",
+        procs.append(subprocess.Popen([sys.executable, *entry, *TOY, *args, "placement=distributed",
                                        "distributed.timeout_s=60", f"hydra.run.dir={run_dir}"],
                                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs

@@ -103,6 +103,6 @@ def test_distributed_start_up_says_distributed_backend(tmp_path, monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(ConfigError, match=r"^distributed.backend=nccl: needs CUDA; use gloo on CPU$"):
-        build_trainer(train_settings(config([*FAKE, "backend=distributed", "distributed.backend=nccl"])),
+        build_trainer(train_settings(config([*FAKE, "placement=distributed", "distributed.backend=nccl"])),
                       tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -22,7 +22,7 @@ Checked under fake CUDA (the code users run: ``dadam3.train.build_trainer`` with
   ``save_image_grids`` and the logger's grid up to the PNG write), ``mode_coverage`` up to
   its host-side counting, the window sums (``LoggingWindow.add``);
 * a checkpoint round trip in memory: ``checkpoint()`` (nets, optimizers, sampler, noise,
-  RNG) into a fresh trainer's ``load_checkpoint()``, which then takes another step;
+  RNG) into a fresh trainer's ``state.load_state_dict()``, which then takes another step;
 * that the harness can fail: eps drawn on the CPU, or a CPU leaf in a graph, raises.
 
 Unchecked, and why:
@@ -41,9 +41,9 @@ Unchecked, and why:
   ``_log`` and ``fit()`` (Python floats for the records), ``consensus_distance``, the
   PNG and scatter-plot writing, ``mode_metrics`` (it moves samples to the CPU first),
   ``torch.save`` of the checkpoint, the inception score (torch-fidelity, weights);
-* the CUDA noise generator: ``torch.Generator(device="cuda")`` needs a driver, so
-  ``trainer.noise_generator`` hands out a CPU generator here, and fake tensors do not
-  check a generator's device (real torch would refuse a CPU generator for a CUDA draw);
+* the CUDA noise generator: ``torch.Generator(device="cuda")`` needs a driver, so the
+  trainer is built with ``build_trainer(make_generator=...)`` handing out a CPU generator
+  here, and fake tensors do not check a generator's device (real torch would refuse a CPU generator for a CUDA draw);
   CUDA RNG states in checkpoints (``torch.cuda`` reports no device); the settings' own check
   (``device=cuda`` is refused without CUDA: the settings are composed for the CPU and their
   ``torch_device`` replaced);
@@ -77,11 +77,11 @@ try:   # torch >= 2.12; older versions (2.11 on the GPU machines) raise a plain 
 except ImportError:
     FakeTensorDeviceMismatchError = RuntimeError
 
-import dadam3.checkpoint.contents as contents_mod
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
+import dadam3.gan.state as state_mod
 import dadam3.gan.trainer as trainer_mod
-import dadam3.train as train_mod
+import dadam3.run_build as build_mod
 from dadam3.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.ordered_mix import RoundTerms
@@ -91,8 +91,8 @@ CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" r
 M = 3
 IMAGES = ["dataset=fake", "dataset.length=16", "model.width=0.03125", f"nodes={M}", "loop.batch_size=2",
           "loop.progress=false", "metrics.every=0", "cuda.tf32=true"]
-TOY = ["experiment=toy_gaussians", "model.hidden=16", f"nodes={M}", "loop.batch_size=2", "loop.n_critic=1", "threads=null",
-       "loop.progress=false", "metrics.every=1", "metrics.samples=10", "cuda.tf32=true"]
+TOY = ["experiment=toy_gaussians", "model.hidden=16", f"nodes={M}", "loop.batch_size=2", "loop.n_critic=1",
+       "threads=null", "loop.progress=false", "metrics.every=1", "metrics.samples=10", "cuda.tf32=true"]
 
 
 def cuda_settings(overrides):
@@ -157,9 +157,9 @@ class Harness:
         self.finite_masks.append((mask.device, mask.dtype, tuple(mask.shape)))
         return None                                 # "all finite": a fake tensor has no values
 
-    def noise_generator(self, device, seed):
+    def make_generator(self, device):
         assert torch.device(device).type == "cuda"
-        return torch.Generator().manual_seed(seed)  # a CUDA generator needs a driver
+        return torch.Generator()                    # a CUDA generator needs a driver
 
     def mix_round(self, real):
         def spy(terms, x, out):
@@ -180,12 +180,11 @@ def fake_cuda(monkeypatch):
     h = Harness()
     be = torch.backends
     saved = be.cuda.matmul.fp32_precision, be.cudnn.conv.fp32_precision, be.cudnn.benchmark
-    monkeypatch.setattr(train_mod, "build_stacked_nets", outside_fake(train_mod.build_stacked_nets))
+    monkeypatch.setattr(build_mod, "build_stacked_nets", outside_fake(build_mod.build_stacked_nets))
     monkeypatch.setattr(stacked_mod, "copy", types.SimpleNamespace(deepcopy=outside_fake(copy.deepcopy)))
-    monkeypatch.setattr(trainer_mod, "noise_generator", h.noise_generator)
     monkeypatch.setattr(finiteness_mod, "first_false", h.first_false)
-    monkeypatch.setattr(contents_mod, "capture_rng_state", outside_fake(contents_mod.capture_rng_state))
-    monkeypatch.setattr(trainer_mod, "restore_rng_state", outside_fake(trainer_mod.restore_rng_state))
+    monkeypatch.setattr(state_mod, "capture_rng_state", outside_fake(state_mod.capture_rng_state))
+    monkeypatch.setattr(state_mod, "restore_rng_state", outside_fake(state_mod.restore_rng_state))
     for name in ("state_dict", "load_state_dict"):
         monkeypatch.setattr(NodeSampler, name, outside_fake(getattr(NodeSampler, name)))
     monkeypatch.setattr(torch.autograd, "grad", h.autograd_grad)
@@ -219,14 +218,13 @@ def state_tensors(trainer):
 def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_per_step):
     h = fake_cuda
     s = cuda_settings(IMAGES + overrides)
-    t = train_mod.build_trainer(s, tmp_path / "run")
+    t = build_mod.build_trainer(s, tmp_path / "run", make_generator=h.make_generator)
     assert torch.backends.cuda.matmul.fp32_precision == "tf32"          # the CUDA branch set the flags
     assert on_cuda(*state_tensors(t)) and t.sampler.dataset.device.type == "cuda"
     assert on_cuda(t.sampler.next_batch())
 
-    for k in (1, 2):
-        out = t.train_step()
-        t.state.window.add(out)
+    for _ in (1, 2):
+        out = t.train_step()                  # its values go into the window, too
         assert on_cuda(*out.values()) and all(v.shape == (M,) for v in out.values())
     t._check_finite()                          # the losses' non-finite iterations, noted on the device; params
     assert on_cuda(*state_tensors(t), *t.state.window.sums.values(), *t.finite.first_bad.values())
@@ -237,7 +235,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     assert t.opt_g.k == 2 and t.opt_d.k == 2 * s.loop.n_critic
 
     assert on_cuda(*t.G.node_module(1).parameters(), *t.D.averaged_module().parameters())
-    t.sample(t.G, 2)
+    t.samples.write(t.G, 2)
     names = [n for n, _, _ in h.images]
     assert names == [f"iter_000002_node{i:02d}.png" for i in range(M)] + ["iter_000002_avg.png", "00000002.png"]
     size = s.dataset.image_size
@@ -245,8 +243,8 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     assert h.images[0][2] == (3, 8 * (size + 2) + 2, 8 * (size + 2) + 2)
 
     ckpt = t.checkpoint()
-    fresh = train_mod.build_trainer(s, tmp_path / "fresh")
-    fresh.load_checkpoint(ckpt)
+    fresh = build_mod.build_trainer(s, tmp_path / "fresh", make_generator=h.make_generator)
+    fresh.state.load_state_dict(ckpt)
     assert fresh.state.iteration == t.state.iteration and fresh.opt_g.k == 2
     for a, b in ((t.G, fresh.G), (t.D, fresh.D), (t.opt_g, fresh.opt_g), (t.opt_d, fresh.opt_d)):
         sa, sb = a.state_dict(), b.state_dict()
@@ -265,7 +263,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
 def test_mlp_step_and_mode_coverage_on_fake_cuda(fake_cuda, tmp_path):
     """The 2-D toy run: a step of the MLP pair, then mode coverage, whose device work (every
     node's samples and the averaged model's) runs before it counts modes on the CPU."""
-    t = train_mod.build_trainer(cuda_settings(TOY), tmp_path)
+    t = build_mod.build_trainer(cuda_settings(TOY), tmp_path, make_generator=fake_cuda.make_generator)
     out = t.train_step()
     assert on_cuda(*out.values(), *state_tensors(t))
     with pytest.raises((DynamicOutputShapeException, DataDependentOutputException)) as err:
@@ -285,7 +283,8 @@ def test_preloaded_images_are_served_on_fake_cuda(fake_cuda):
 def test_the_harness_catches_device_mismatches(fake_cuda, tmp_path, monkeypatch):
     """eps drawn on the CPU (the kind of bug this file is for) fails the step; so does a
     CPU leaf in a graph handed to autograd."""
-    t = train_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32"]), tmp_path)
+    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32"]), tmp_path,
+                                make_generator=fake_cuda.make_generator)
     draw = trainer_mod.WGANTrainer._draw
 
     def eps_on_cpu(self):

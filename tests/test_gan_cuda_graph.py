@@ -4,6 +4,8 @@ logging points."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +14,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dadam3.errors import ConfigError
 from dadam3.gan.cuda_graph import GraphedGradients, capture_obstacle
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.gan.trainer import WGANTrainer
+from dadam3.gan.trainer import RunOutputs, WGANTrainer
+from dadam3.run_build import build_trainer
+from dadam3.schema import train_settings
 from dadam3.gan.wgan_gp import wgan_gp_step
-from trainer_runs import TOY, train
+from trainer_runs import TOY, config, train
 
 F64 = torch.float64
 M, B = 3, 2
@@ -85,24 +89,25 @@ def test_cuda_graph_replay_equals_eager():
             torch.testing.assert_close(got[k], want[k], rtol=1e-12, atol=1e-12, msg=k)
 
 
-def _graphs_on(monkeypatch):
-    """The trainer's graph path switched on whatever the device: the config refuses cuda.* keys
-    on the CPU (they mean nothing there), the library falls back with its one line."""
-    def graphed(self):
-        if getattr(self, "_graph", None) is None:
-            self._graph = GraphedGradients(self.G, self.D, self._draw, self.s.gp_lambda, self.s.autocast == "bf16")
-        return self._graph
-    monkeypatch.setattr(WGANTrainer, "_graphed", graphed)
+def train_with_graphs(overrides, run_dir):
+    """``train()`` with the trainer's graph path switched on whatever the device: the config
+    refuses cuda.* keys on the CPU (they mean nothing there), so the built trainer's parts go
+    to a trainer whose run says ``graphs=True``; the library falls back with its one line."""
+    t = build_trainer(train_settings(config(overrides)), Path(run_dir))
+    t = WGANTrainer(t.state, t.s, replace(t.run, graphs=True), RunOutputs(t.records, t.checkpointer, t.samples,
+                                                                         t.evaluate))
+    t.fit()
+    t.finish()
+    return t
 
 
-def test_trainer_with_graphs_on_cpu_falls_back_once_and_equals_the_eager_run(tmp_path, caplog, monkeypatch):
+def test_trainer_with_graphs_on_cpu_falls_back_once_and_equals_the_eager_run(tmp_path, caplog):
     overrides = TOY + ["loop.iterations=6", "nodes=3", "dtype=float64"]
     with pytest.raises(ConfigError, match=r"cuda.graphs=true: only used on a CUDA device \(device=cpu\)"):
         train(overrides + ["cuda.graphs=true"], tmp_path / "refused")
     reference = train(overrides, tmp_path / "eager")
-    _graphs_on(monkeypatch)
     with caplog.at_level(logging.WARNING):
-        t = train(overrides, tmp_path / "graphs")
+        t = train_with_graphs(overrides, tmp_path / "graphs")
     said = [r.getMessage() for r in caplog.records if "cuda.graphs" in r.getMessage()]
     assert said == ["cuda.graphs=true: running eagerly: the run is on cpu, not a CUDA device"]
     for net, ref in ((t.G, reference.G), (t.D, reference.D)):
@@ -128,8 +133,7 @@ class HostReads(TorchDispatchMode):
 def test_training_reads_nothing_on_the_host_between_logging_points(tmp_path, monkeypatch, graphs):
     quiet = ["loop.log_every=60", "metrics.every=0", "loop.sample_every=1000", "loop.checkpoint_every=1000",
              "nodes=3"]
-    if graphs == "true":
-        _graphs_on(monkeypatch)
+    run = train_with_graphs if graphs == "true" else train
     reads = {}
     for iterations in (30, 60):
         counter = HostReads()
@@ -140,7 +144,7 @@ def test_training_reads_nothing_on_the_host_between_logging_points(tmp_path, mon
             return _tolist(self)
         monkeypatch.setattr(torch.Tensor, "tolist", counted_tolist)
         with counter:
-            train(TOY + quiet + [f"loop.iterations={iterations}"], tmp_path / str(iterations))
+            run(TOY + quiet + [f"loop.iterations={iterations}"], tmp_path / str(iterations))
         monkeypatch.setattr(torch.Tensor, "tolist", tolist)
         reads[iterations] = counter.count
     assert 0 < reads[60] <= 30, reads

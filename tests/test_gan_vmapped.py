@@ -249,10 +249,10 @@ def test_random_ops_follow_the_randomness_policy():
 def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypatch):
     """The toy-Gaussian run with VmapNet pairs of the same MLPs: the trainer, samplers, metrics,
     gossip and checkpoints unchanged; the result equals the StackedNet run's."""
-    import dadam3.train as train_mod
+    import dadam3.run_build as build_mod
     from trainer_runs import TOY, train
 
-    stacked_build = train_mod.build_stacked_nets
+    stacked_build = build_mod.build_stacked_nets
 
     def vmapped_build(*args, **kwargs):
         G, D = stacked_build(*args, **kwargs)
@@ -260,7 +260,7 @@ def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypa
 
     overrides = TOY + ["loop.iterations=6", "nodes=3"]
     reference = train(overrides, tmp_path / "stacked")
-    monkeypatch.setattr(train_mod, "build_stacked_nets", vmapped_build)
+    monkeypatch.setattr(build_mod, "build_stacked_nets", vmapped_build)
     t = train(overrides[:-2] + ["loop.iterations=3", "nodes=3"], tmp_path / "vmapped")
     assert isinstance(t.G, VmapNet) and isinstance(t.D, VmapNet)
     t = train(overrides + [f"resume={tmp_path / 'vmapped'}"], tmp_path / "ignored")

@@ -1,6 +1,6 @@
 """Sweeps through Hydra's submitit launcher: the shipped SLURM launcher config composes with the
 paper presets, and a tiny real sweep runs with hydra/launcher=submitit_local, two tasks per
-job, each task a rank of backend=distributed."""
+job, each task a rank of placement=distributed."""
 import os
 import subprocess
 import sys
@@ -20,20 +20,21 @@ def test_slurm_launcher_config_composes():
     register()                     # the schema nodes in Hydra's ConfigStore (done on import of dadam3.schema)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", return_hydra_config=True,
-                      overrides=["hydra/launcher=slurm_gpus", "backend=distributed", "experiment=fig4_cifar100",
+                      overrides=["hydra/launcher=slurm_gpus", "placement=distributed", "experiment=fig4_cifar100",
                                  "hydra.launcher.nodes=2", "hydra.launcher.partition=gpu"])
     launcher = cfg.hydra.launcher
     assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node, launcher.partition) == (2, 4, 4, "gpu")
-    assert cfg.backend == "distributed" and cfg.nodes == 15
+    assert cfg.placement == "distributed" and cfg.nodes == 15
 
 
 @pytest.mark.slow
 def test_submitit_local_sweep_of_distributed_runs(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "dadam3.train", "-m", "hydra/launcher=submitit_local",
-         "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", "backend=distributed",
-         "distributed.timeout_s=60", "experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16", "loop.batch_size=8",
+         "hydra.launcher.tasks_per_node=2", "hydra.launcher.timeout_min=10", "placement=distributed",
+         "distributed.timeout_s=60", "experiment=toy_gaussians", "loop.n_critic=1", "model.hidden=16",
+         "loop.batch_size=8",
          "loop.iterations=4", "loop.log_every=2", "metrics.every=4", "metrics.samples=100", "loop.sample_every=4",
          "optimizer=dadam3,dosg", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}"],
         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -11,19 +11,17 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 
 # Lowest first: a module may import from its own layer or one below, never from one above.
 # A name matches a module and, with a trailing ".", every module under it; the first
-# matching layer counts (so dadam3.checkpoint.resume sits above the other checkpoint modules:
-# its policy reads the run's schema).
+# matching layer counts.
 LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
     ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.mixing", "dadam3.distributed",
-                       "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.files", "dadam3.checkpoint.rng",
-                       "dadam3.checkpoint.contents", "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals",
-                       "dadam3.divergence")),
+                       "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.", "dadam3.run_logging",
+                       "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
     ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
                     "dadam3.games", "dadam3.metrics", "dadam3.metrics.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
     ("training", ("dadam3.gan", "dadam3.gan.")),
-    ("run", ("dadam3.run_dir", "dadam3.checkpoint.resume")),
+    ("run", ("dadam3.run_dir", "dadam3.run_checks", "dadam3.run_build")),
     ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.plot", "dadam3.sweep", "dadam3.job_log",
                       "dadam3.report", "dadam3.report.")),
 )

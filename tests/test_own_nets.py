@@ -158,13 +158,13 @@ def test_build_trainer_takes_the_nets(tmp_path):
 
 
 def test_your_nets_on_2d_points_under_two_ranks(tmp_path, mypkg):
-    """backend=distributed: each rank stacks its block of nodes; rank 0's hooks see all M."""
+    """placement=distributed: each rank stacks its block of nodes; rank 0's hooks see all M."""
     run = tmp_path / "run"
     r = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node=2",
                         "-m", "dadam3.train", "experiment=toy_gaussians", "model=custom", "model.nz=8",
                         "model.generator._target_=mypkg.points.Generator", "model.critic._target_=mypkg.points.Critic",
                         "loop.iterations=4", "loop.batch_size=8", "loop.progress=false", "metrics.every=2",
-                        "metrics.samples=50", "backend=distributed", "distributed.timeout_s=60",
+                        "metrics.samples=50", "placement=distributed", "distributed.timeout_s=60",
                         f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=mypkg)
     assert r.returncode == 0, r.stderr[-3000:]
     ckpt = torch.load(run / "checkpoints" / "last.pt", weights_only=False)

@@ -82,8 +82,9 @@ def test_float32_training_on_two_ranks_equals_the_simulator(tmp_path):
     diagnostic whose node sums are all-reduced over the ranks) agree to 1e-14 relative."""
     train(TOY, tmp_path / "sim")
     r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *TOY,
-                        "backend=distributed", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'r2'}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                        "placement=distributed", "distributed.timeout_s=60", f"hydra.run.dir={tmp_path / 'r2'}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     sim, ranks = (read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("sim", "r2"))
     assert len(sim) == len(ranks) == 4
@@ -105,8 +106,8 @@ def test_float32_training_on_two_ranks_equals_the_simulator(tmp_path):
 # ---------------------------------------------------------------- clean stops under a launcher (item 11)
 
 LAUNCH = [sys.executable, "-m", "dadam3.distributed.launch", "--standalone", "--nproc-per-node=2", "-m", "dadam3.train"]
-ENDLESS = [*TOY[:-2], "loop.iterations=100000", "loop.checkpoint_every=100000", "dtype=float64", "backend=distributed",
-           "distributed.timeout_s=30"]
+ENDLESS = [*TOY[:-2], "loop.iterations=100000", "loop.checkpoint_every=100000", "dtype=float64",
+           "placement=distributed", "distributed.timeout_s=30"]
 
 
 def _children(pid: int) -> list[int]:
@@ -154,7 +155,7 @@ def test_a_rank_that_starts_alone_says_so_in_one_line_without_cpp_frames(tmp_pat
     """Rank 1 starting after rank 0 has gone (nobody at MASTER_PORT): one line, exit 3."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, "backend=distributed", "distributed.timeout_s=3",
+    r = subprocess.run([sys.executable, "-m", "dadam3.train", *TOY, "placement=distributed", "distributed.timeout_s=3",
                         f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env=env)
     assert r.returncode == 3, r.stderr[-2000:]
@@ -167,7 +168,7 @@ def test_a_rank_that_starts_alone_says_so_in_one_line_without_cpp_frames(tmp_pat
 def test_ranks_with_different_configs_stop_before_training(tmp_path):
     run = tmp_path / "run"
     r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *SMALL,
-                        "seed='${oc.decode:${oc.env:RANK}}'", "backend=distributed", "distributed.timeout_s=60",
+                        "seed='${oc.decode:${oc.env:RANK}}'", "placement=distributed", "distributed.timeout_s=60",
                         f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
     assert r.returncode != 0
     lines = [x for x in r.stderr.splitlines() if x.startswith("error:")]
@@ -183,7 +184,7 @@ def test_an_occupied_master_port_is_named_and_the_timeout_is_the_real_one(tmp_pa
         held.listen(8)
         port = held.getsockname()[1]
         env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
-        args = [sys.executable, "-m", "dadam3.train", *SMALL, "backend=distributed", "distributed.timeout_s=5"]
+        args = [sys.executable, "-m", "dadam3.train", *SMALL, "placement=distributed", "distributed.timeout_s=5"]
         procs, start = [], time.monotonic()
         for rank in (0, 1):
             procs.append(subprocess.Popen(args + [f"hydra.run.dir={tmp_path / str(rank)}"], cwd=ROOT, text=True,
@@ -203,6 +204,6 @@ def test_an_occupied_master_port_is_named_and_the_timeout_is_the_real_one(tmp_pa
 def test_torchrun_without_backend_distributed_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    with pytest.raises(ConfigError, match=r"^backend=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
-                                          r"torchrun\): set backend=distributed"):
+    with pytest.raises(ConfigError, match=r"^placement=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
+                                          r"torchrun\): set placement=distributed"):
         build_trainer(train_settings(config(SMALL)), tmp_path / "run")

@@ -99,10 +99,37 @@ def test_10_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     attempt = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # then the process died
-    attempt.logger.finish()
+    attempt.records.logger.finish()
     attempt.run.lock.release()
     t = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
     t.fit()
     t.finish()
     statuses = [r["status"] for r in read_jsonl(run / "metrics.jsonl")]
     assert statuses.count("resumed") == 1 and statuses[-1] == "finished", statuses
+
+
+# ---------------------------------------------------------------- issue 27: backend= is placement= now
+@pytest.mark.slow
+def test_a_checkpoint_and_overrides_of_the_backend_key_still_resume(tmp_path):
+    """A run written when ``placement`` was called ``backend``: its checkpoint's config and its
+    ``.hydra`` overrides carry the old key; the resume reads it as ``placement`` (nothing
+    reported changed), while ``backend=`` on a command line is one line naming the new key."""
+    run = tmp_path / "run"
+    r = run_cli(*FAST, "loop.iterations=3", "placement=local", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    ckpt = load(checkpoint_path(run))
+    config = dict(ckpt["config"])
+    config["backend"] = config.pop("placement")
+    atomic_save({**ckpt, "config": config}, checkpoint_path(run))
+    overrides = run / ".hydra" / "overrides.yaml"
+    overrides.write_text(overrides.read_text().replace("placement=local", "backend=local"))
+    assert "backend=local" in overrides.read_text()
+    r = run_cli(resume_override(run), "loop.iterations=5")
+    assert r.returncode == 0, r.stderr[-2000:]
+    resumed = [x for x in read_jsonl(run / "metrics.jsonl") if x["status"] == "resumed"]
+    assert [x["changed"] for x in resumed] == [{"loop.iterations": [3, 5]}]
+    assert load(checkpoint_path(run))["config"]["placement"] == "local"
+    r = run_cli(*FAST, "backend=distributed", f"hydra.run.dir={tmp_path / 'new'}")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1] == ("error: backend=distributed: is now placement: "
+                                                 "use placement=distributed")

@@ -19,13 +19,13 @@ from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.finiteness import TrainingDiverged
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
-from dadam3.train import build_trainer, run
+from dadam3.train import build_trainer
 
 from trainer_runs import ROOT, TOY, cli, config, train
 
 IMAGES = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=3", "loop.batch_size=4",
-          "device=cpu", "loop.progress=false", "loop.log_every=2", "loop.sample_every=4", "loop.checkpoint_every=3", "metrics.every=0",
-          "optimizer.lr=1e-3"]
+          "device=cpu", "loop.progress=false", "loop.log_every=2", "loop.sample_every=4", "loop.checkpoint_every=3",
+          "metrics.every=0", "optimizer.lr=1e-3"]
 
 
 def test_paper_defaults():
@@ -106,7 +106,8 @@ def test_resume_is_bit_identical(tmp_path, overrides):
     def strip(recs):  # the records on the logging grid, without wall time
         return [{k: v for k, v in r.items() if k != "time"} for r in recs
                 if r["status"] == "running" and r["iteration"] % 2 == 0]
-    assert strip(read_jsonl(tmp_path / "full" / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "cut" / "metrics.jsonl"))
+    full, cut = (read_jsonl(tmp_path / name / "metrics.jsonl") for name in ("full", "cut"))
+    assert strip(full) == strip(cut)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -248,8 +249,9 @@ def test_gpu_benchmarks_script_smoke(tmp_path):
 def test_bf16_autocast_trains_on_the_cpu_and_differs_only_by_rounding(tmp_path):
     """loop.autocast=bf16: the gradient evaluation (penalty's double backward included) runs in bf16,
     parameters and optimizer state stay float32; losses stay finite and close to float32's."""
-    image = ["dataset=fake", "model=dcgan32", "model.width=0.0625", "nodes=2", "loop.batch_size=4", "loop.iterations=6",
-             "loop.progress=false", "loop.log_every=3", "metrics.every=0", "loop.sample_every=6", "loop.checkpoint_every=6"]
+    image = ["dataset=fake", "model=dcgan32", "model.width=0.0625", "nodes=2", "loop.batch_size=4",
+             "loop.iterations=6", "loop.progress=false", "loop.log_every=3", "metrics.every=0", "loop.sample_every=6",
+             "loop.checkpoint_every=6"]
     runs = {}
     for cast in ("null", "bf16"):
         t = train(image + [f"loop.autocast={cast}"], tmp_path / cast)
@@ -265,3 +267,48 @@ def test_bf16_autocast_trains_on_the_cpu_and_differs_only_by_rounding(tmp_path):
         train_settings(config(image + ["loop.autocast=bf16", "dtype=float64"]))
     with pytest.raises(ConfigError, match="autocast"):
         train_settings(config(image + ["loop.autocast=fp8"]))
+
+
+# ---------------------------------------------------------------- issue 27: the iteration has one home
+
+def _function(path, name):
+    import ast
+    tree = ast.parse((ROOT / path).read_text())
+    return next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == name)
+
+
+def test_the_loop_has_no_schedule_arithmetic_and_the_trainer_is_built_complete():
+    """Each output says when it is due (no ``%`` in the loop); the trainer takes at most 6
+    arguments and nothing is assigned to it after construction (in the package)."""
+    import ast
+    loop = _function("dadam3/gan/trainer.py", "_loop")
+    assert not [n for n in ast.walk(loop) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)]
+    init = _function("dadam3/gan/trainer.py", "__init__")
+    assert len(init.args.args) - 1 <= 6
+    assigned = [f"{path.name}:{n.lineno}" for path in (ROOT / "dadam3").rglob("*.py")
+                for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Assign, ast.AugAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "trainer"]
+    assert assigned == []
+
+
+def test_each_output_decides_when_it_is_due(tmp_path):
+    from dadam3.checkpoint.checkpointer import Checkpointer
+    from dadam3.distributed import Placement
+    from dadam3.gan.records import Records
+    from dadam3.gan.samples import SampleGrids
+    from dadam3.log_rewind import LoggingGrid
+    from dadam3.metrics.evaluation import Evaluation
+    saver = Checkpointer(tmp_path, Placement(2), 3, {})
+    assert [k for k in range(1, 10) if saver.due(k, last=k == 8)] == [3, 6, 8, 9]
+    assert saver.due(4, last=False, stopping=True) and not Checkpointer(tmp_path, Placement(2), 0, {}).due(3, False)
+    assert [k for k in range(1, 9) if SampleGrids(4, print).due(k, k == 7)] == [4, 7, 8]
+    assert [k for k in range(1, 9) if Evaluation(5, print).due(k, k == 8)] == [5, 8]
+    records = Records(None, LoggingGrid(2, 5), Placement(2))
+    assert [k for k in range(1, 12) if records.due(k, k == 11, evaluating=k == 7)] == [2, 4, 5, 6, 7, 8, 10, 11]
+
+
+def test_the_old_backend_key_names_its_new_name():
+    with pytest.raises(ConfigError, match=r"^backend=local: is now placement: use placement=local$"):
+        config(TOY + ["backend=local"])
+    assert train_settings(config(TOY + ["placement=local"])).placement == "local"

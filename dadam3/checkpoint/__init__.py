@@ -1,8 +1,9 @@
 """Checkpoints, owned here: the files (:mod:`~dadam3.checkpoint.files`: path, atomic write,
 load), the global RNG state (:mod:`~dadam3.checkpoint.rng`), what a training checkpoint holds
-and how it is split across ranks (:mod:`~dadam3.checkpoint.contents`: kind, node entries), and
-what may change on resume (:mod:`~dadam3.checkpoint.resume`, imported by the run directory's
-checks, not here: it sits in the layer of the run's schema).
+and how it is split across ranks (:mod:`~dadam3.checkpoint.contents`: kind, node entries), when
+a run writes one (:mod:`~dadam3.checkpoint.checkpointer`), and what may change on resume
+(:mod:`~dadam3.checkpoint.resume`: the policy is the caller's argument, read from the schema by
+the run directory's checks).
 """
 from dadam3.checkpoint.contents import (RUN_ID_FILE, NodeList, rank_rows, read_run_id, resume_command, resume_override,
                                        stamped, write_checkpoint)

@@ -1,11 +1,12 @@
 """What a training checkpoint holds, and how it is split across the ranks that hold the nodes.
 
-A checkpoint of ``python -m dadam3.train`` is one dict: the trainer's state
-(:meth:`dadam3.gan.trainer.WGANTrainer.checkpoint`: iteration, wall time, the logging
-window, both nets and optimizers, the data sampler, the noise generators, bytes sent, the
-W&B run id, the resolved config, whether its record is on the logging grid), stamped by
-:func:`stamped` with its kind (:data:`CHECKPOINT_KIND`, what a resume checks first) and every
-global RNG state. It always holds all M nodes, whatever the placement that wrote it: under
+A checkpoint of ``python -m dadam3.train`` is one dict: the run's state
+(:meth:`dadam3.gan.state.TrainState.state_dict`: iteration, wall time, the logging window,
+both nets and optimizers, the data sampler, the noise generators, bytes sent, the global RNG
+states), the log's place (the W&B run id, whether its record is on the logging grid) and the
+resolved config, stamped by :func:`stamped` with its kind (:data:`CHECKPOINT_KIND`, what a
+resume checks first); :class:`dadam3.checkpoint.checkpointer.Checkpointer` decides when one is
+written and assembles it. It always holds all M nodes, whatever the placement that wrote it: under
 torch.distributed each rank's :data:`NODE_ENTRIES` are gathered to rank 0, which writes
 (:func:`write_checkpoint`), and a resuming rank takes its own block's rows (:func:`rank_rows`).
 
@@ -23,7 +24,6 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from dadam3.checkpoint.files import atomic_save
-from dadam3.checkpoint.rng import capture_rng_state
 from dadam3.distributed.placement import Placement
 
 CHECKPOINT_KIND = "dadam3.train/1"
@@ -61,8 +61,8 @@ class NodeList(list):
 
 
 def stamped(state: Mapping[str, Any]) -> dict[str, Any]:
-    """The trainer's ``state`` as a checkpoint: with its kind and every global RNG state."""
-    return {**state, "rng": capture_rng_state(), "kind": CHECKPOINT_KIND}
+    """The trainer's ``state`` (the global RNG states among it) as a checkpoint: with its kind."""
+    return {**state, "kind": CHECKPOINT_KIND}
 
 
 def write_checkpoint(ckpt: dict[str, Any], path: Path, placement: Placement) -> str | None:

@@ -5,18 +5,19 @@ steer the run (step sizes and the optimizer's other hyper-parameters, ``loop.ite
 logging / sampling / checkpoint / evaluation periods, the logger, device and threads, ...)
 may change and take effect; every other key fixes what is being trained (nodes, nets, data,
 topology, dtype, batch size, seed, the optimizer's name, ...) and must be what the
-checkpoint was made with. Which is which is declared beside each field of the schema and read
-through :func:`dadam3.schema.may_change_on_resume`.
+checkpoint was made with. Which is which is declared beside each field of the schema; the
+caller passes it in (``may_change``: :func:`dadam3.schema.may_change_on_resume`), with the keys
+an earlier version named otherwise (``renamed``: a checkpoint's ``backend`` is ``placement`` now).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from dadam3.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.config import flatten
 from dadam3.errors import ConfigError
-from dadam3.schema import may_change_on_resume
 
 
 def check_checkpoint(ckpt: Any, path: Path) -> None:
@@ -34,21 +35,24 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
                                                "...; now loop.*): resume it with that version or start a new run")
 
 
-def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any]) -> dict[str, list]:
+def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool],
+                 renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, list]:
     """Refuse checkpoints of other runs or kinds (:func:`check_checkpoint`), changes to keys that
-    may not change, and a checkpoint already at ``loop.iterations``; return the changed keys
-    (``key -> [checkpoint's value, now]``) but ``resume`` and ``overwrite``."""
+    may not change (``may_change(dotted_key)`` is False), and a checkpoint already at
+    ``loop.iterations``; return the changed keys (``key -> [checkpoint's value, now]``) but
+    ``resume`` and ``overwrite``. ``renamed``: a key of the checkpoint's config -> its name now."""
     check_checkpoint(ckpt, path)
-    saved, now = flatten(ckpt["config"]), flatten(config)
+    saved, now = {renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}, flatten(config)
     changed = {}
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):
             continue
-        if not may_change_on_resume(key):
+        if not may_change(key):
             raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with "
                                                  f"{key}={saved.get(key)}; start a new run to change it")
         changed[key] = [saved.get(key), now.get(key)]
     if ckpt["iteration"] >= now["loop.iterations"]:
         raise ConfigError("loop.iterations", now["loop.iterations"], f"the checkpoint is already at iteration "
-                                                                     f"{ckpt['iteration']}; raise loop.iterations to continue")
+                                                                     f"{ckpt['iteration']}; raise loop.iterations to "
+                                                                     "continue")
     return {k: v for k, v in changed.items() if k not in ("resume", "overwrite")}

@@ -1,4 +1,5 @@
-"""What a logged record of the training run holds, gathered from the ranks that hold the nodes.
+"""The run's log: which iterations get a record (:class:`Records`), and what a record holds,
+gathered from the ranks that hold the nodes.
 
 A record at iteration k: the per-node means of the losses and the operator norm over the
 logging window (the iterations since the last record on the grid; :class:`LoggingWindow`),
@@ -18,6 +19,7 @@ from dadam3.checkpoint.contents import stack_node_states
 from dadam3.distributed.placement import Placement
 from dadam3.gan.finiteness import LOSS_KEYS
 from dadam3.gan.stacked import StackedNet
+from dadam3.log_rewind import LoggingGrid
 from dadam3.metrics.consensus import consensus_distance
 
 WINDOW_KEYS = (*LOSS_KEYS, "operator_norm")
@@ -72,3 +74,38 @@ def gathered_net(net: StackedNet, full: StackedNet | None, placement: Placement)
         return None
     full.load_state_dict(stack_node_states(parts))
     return full
+
+
+class Records:
+    """Records of the run into ``logger`` (a :mod:`dadam3.run_logging` logger; on ranks other
+    than 0 a NullLogger): one at every iteration on the logging ``grid`` (stored in checkpoints:
+    :mod:`dadam3.log_rewind`), at the last one and at every evaluation (:meth:`due`)."""
+
+    def __init__(self, logger, grid: LoggingGrid, placement: Placement):
+        self.logger, self.grid, self.placement = logger, grid, placement
+
+    def due(self, k: int, last: bool, evaluating: bool) -> bool:
+        return self.grid.on_grid(k) or last or evaluating
+
+    def record(self, k: int, state) -> dict[str, Any]:
+        """Iteration k's record of the run's ``state`` (:class:`dadam3.gan.state.TrainState`; a
+        collective when distributed). The window closes at multiples of ``log_every`` only: an
+        off-grid record (last iteration, evaluation) leaves it running, so a run resumed from
+        here logs exactly what an uninterrupted one does."""
+        pl, mixer = self.placement, state.mixer
+        sent = mixer.bytes_sent if mixer is not None else np.zeros(pl.nodes)
+        rec = {"iteration": k, "time": state.wall_time(), "status": "running", **state.window.means(pl),
+               **consensus_record(state.G, state.D, pl), **bytes_record(sent)}
+        if k % self.grid.log_every == 0:
+            state.window = LoggingWindow()
+        return rec
+
+    def status(self, k: int, status: str, time: float, **fields: Any) -> None:
+        """A record that is not a training iteration's: ``resumed``, ``finished``, ``diverged``, ..."""
+        self.logger.log({"iteration": k, "status": status, **fields, "time": time}, step=k)
+
+    def state_dict(self, k: int) -> dict[str, Any]:
+        """The log's place, for a checkpoint at iteration k: the W&B run it continues, and
+        whether k's record is on the grid (:func:`dadam3.log_rewind.record_at_resume_point_kept`)."""
+        run_id = next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")), None)
+        return {"wandb_run_id": run_id, "record_on_grid": self.grid.on_grid(k)}

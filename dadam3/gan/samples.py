@@ -2,7 +2,7 @@
 samples that evaluation scores.
 
 Functions of plain arguments (the node-stacked generator, a fixed noise batch, an output
-directory, the iteration); the entry point binds them into the trainer's ``sample`` hook
+directory, the iteration); the builder binds them into the trainer's :class:`SampleGrids`
 with :func:`sample_hook`, and hands :class:`GeneratorDraws` to
 :func:`dadam3.metrics.evaluation.evaluation_hook` (so metrics/ never imports gan/). Generator
 outputs are images in [-1, 1] (tanh); they are mapped to [0, 1] exactly once, when a PNG is written.
@@ -10,6 +10,7 @@ outputs are images in [-1, 1] (tanh); they are mapped to [0, 1] exactly once, wh
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
@@ -95,14 +96,25 @@ def save_point_scatter(G: StackedNet, iteration: int, z: Tensor, centers: Tensor
         plt.close(fig)
 
 
-def sample_hook(dataset, nz: int, seed: int, device: torch.device, dtype: torch.dtype, out_dir: Path,
-                logger=None, images_per_grid: int = 64, points: int = 1000) -> Callable[[StackedNet, int], None]:
-    """The trainer's ``sample(G, iteration)``: image grids, or scatter plots for 2-D data."""
+@dataclass(frozen=True)
+class SampleGrids:
+    """What the trainer draws to look at: ``write(G, iteration)`` every ``every`` iterations
+    (and at the last)."""
+    every: int
+    write: Callable[[StackedNet, int], None]
+
+    def due(self, k: int, last: bool) -> bool:
+        return k % self.every == 0 or last
+
+
+def sample_hook(dataset, draws: "GeneratorDraws", out_dir: Path, every: int, logger=None, images_per_grid: int = 64,
+                points: int = 1000) -> SampleGrids:
+    """The trainer's sample grids: image grids, or scatter plots for 2-D data, from fixed noise."""
     if len(dataset.shape) == 3:
-        return partial(save_image_grids, z=fixed_noise(images_per_grid, nz, seed + 7, device, dtype),
-                       out_dir=out_dir, logger=logger)
-    return partial(save_point_scatter, z=fixed_noise(points, nz, seed + 7, device, dtype),
-                   centers=dataset.centers, out_dir=out_dir)
+        return SampleGrids(every, partial(save_image_grids, z=draws.fixed_noise(images_per_grid, 7), out_dir=out_dir,
+                                          logger=logger))
+    return SampleGrids(every, partial(save_point_scatter, z=draws.fixed_noise(points, 7), centers=dataset.centers,
+                                      out_dir=out_dir))
 
 
 class GeneratorDraws:
@@ -113,9 +125,13 @@ class GeneratorDraws:
     def __init__(self, nz: int, seed: int, device: torch.device, dtype: torch.dtype):
         self.nz, self.seed, self.device, self.dtype = nz, seed, device, dtype
 
+    def fixed_noise(self, n: int, offset: int) -> Tensor:
+        """``n`` fixed noise vectors, seeded with the run's seed + ``offset``."""
+        return fixed_noise(n, self.nz, self.seed + offset, self.device, self.dtype)
+
     def fixed(self, n: int) -> Callable[[StackedNet], tuple[Tensor, Tensor]]:
         """G -> :func:`generate` from the same ``n`` noise vectors at every call."""
-        return partial(generate, z=fixed_noise(n, self.nz, self.seed + 11, self.device, self.dtype))
+        return partial(generate, z=self.fixed_noise(n, 11))
 
     @contextmanager
     def samplers(self, G: StackedNet, per_node: bool = True) -> Iterator[tuple[list[Sampler], Sampler]]:

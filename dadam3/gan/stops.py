@@ -1,7 +1,7 @@
 """How a training run stops early: the log's terminal record, one line, every rank alike.
 
 :class:`RunStops` is a part of :class:`dadam3.gan.trainer.WGANTrainer` (it uses the trainer's
-``logger``, ``state``, ``placement``, ``run_dir`` and ``wall_time``): a stop signal after an
+``records``, ``state``, ``placement``, ``run_dir`` and ``wall_time``): a stop signal after an
 iteration (:class:`~dadam3.signals.Interrupted`, checkpoint saved), a write that failed
 (:class:`~dadam3.errors.WriteFailed`, :class:`~dadam3.checkpoint.CheckpointNotWritten`: the
 previous checkpoint kept). Each ends the log with an ``interrupted`` record wherever one can
@@ -48,8 +48,8 @@ class RunStops:
         """After the checkpoint: the record, then every rank waits for rank 0 to have written it
         (so the ranks exit together: a launcher sees one clean stop, not a rank gone early)."""
         name, k = signal.Signals(signum).name, self.state.iteration
-        self.logger.log({"iteration": k, "status": "interrupted", "signal": name, "time": self.wall_time()}, step=k)
-        self.logger.finish()
+        self.records.status(k, "interrupted", self.wall_time(), signal=name)
+        self.records.logger.finish()
         self.placement.agree_max([0])
         raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; {self._continue_with()}",
                                        signum))
@@ -62,7 +62,7 @@ class RunStops:
         """The log's last record, where it can still be written (its disk may be full too)."""
         k = self.state.iteration
         record = {"iteration": k, "status": status, "reason": reason, "time": self.wall_time()}
-        for act in (lambda: self.logger.log(record, step=k), self.logger.finish):
+        for act in (lambda: self.records.logger.log(record, step=k), self.records.logger.finish):
             with contextlib.suppress(Exception):        # stderr says the reason in any case
                 act()
 

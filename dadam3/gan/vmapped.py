@@ -134,10 +134,6 @@ class VmapNet(nn.Module):
         self._template.train(mode)
         return self
 
-    def use_channels_last(self, enabled: bool = True) -> "VmapNet":
-        """No effect (the module's own layouts run); kept so a trainer can call it on any stacked net."""
-        return self
-
     def use_first_order_backward(self, enabled: bool = True) -> "VmapNet":
         """The module's ``F.conv2d`` calls with the first-order backward (:mod:`dadam3.gan.grouped_conv`,
         the default: no per-group loop in the penalty's double backward) or stock (``enabled=False``)."""

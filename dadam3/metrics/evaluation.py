@@ -47,6 +47,9 @@ class Evaluation:
     every: int
     score: Callable[[nn.Module, int], dict]
 
+    def due(self, k: int, last: bool) -> bool:
+        return k % self.every == 0 or last
+
 
 def mode_coverage(G: nn.Module, iteration: int, draw: Callable[[nn.Module], tuple[Tensor, Tensor]],
                   centers: Tensor, std: float) -> dict:

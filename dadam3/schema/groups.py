@@ -180,7 +180,8 @@ def divisor(key: str, value: Any) -> Any:
 @dataclass
 class Torus(Topology):
     name: str = knob(check=OptionName(("torus",)))
-    rows: Optional[Any] = knob(None, divisor)   # null: the most square factorisation; build_topology checks it against nodes
+    # null: the most square factorisation; build_topology checks it against nodes
+    rows: Optional[Any] = knob(None, divisor)
 
 
 @dataclass
@@ -292,7 +293,8 @@ def option_schema(group: str, name: Any) -> type | None:
 # group -> (the key naming the option, {schema node name: class}); the YAML files name the nodes
 GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
     "dataset": ("name", {"schema_images": Images, "schema_decoded_images": DecodedImages,
-                         "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages, "schema_gaussians": Gaussians}),
+                         "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages,
+                         "schema_gaussians": Gaussians}),
     "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP, "schema_custom": Custom}),
     "topology": ("name", {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
                           "schema_explicit": Explicit}),

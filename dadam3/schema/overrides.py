@@ -25,7 +25,6 @@ from dadam3.schema.groups import GROUPS, option_schema
 from dadam3.schema.runs import SyntheticConfig, TrainConfig
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
-RENAMED = {SyntheticConfig: {"backend": "engine"}}                 # schema -> {old key: its name now}
 
 # Hydra's options that take a value in the next argument
 VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -97,6 +96,9 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
                 choice = cfg[parts[0]][GROUPS[parts[0]][0]]
                 raise ConfigError(path, _nest(rest, value), f"means nothing for {parts[0]}={choice} (its keys: "
                                                             f"{', '.join(names)}){did_you_mean(part, names)}")
+            if part in getattr(cls, "renamed", {}):         # a key of an earlier version
+                raise ConfigError(path, _nest(rest, value), f"is now {cls.renamed[part]}: use "
+                                                            f"{cls.renamed[part]}={_nest(rest, value)}")
             raise ConfigError(path, _nest(rest, value), f"unknown key{_suggest(part, cls, names)}")
         if not rest:
             check = f.metadata.get("check")
@@ -162,8 +164,6 @@ def _nest(rest: list[str], value: Any) -> Any:
 
 def _suggest(part: str, cls: type, names: list[str]) -> str:
     """A key's new name, or a close key, nested ones too (``iterations`` -> ``loop.iterations``)."""
-    if part in RENAMED.get(cls, {}):
-        return f"; it is now {RENAMED[cls][part]}"
     dotted = {name: name for name in names}
     for f in fields(cls):
         if is_dataclass(f.default_factory):

@@ -47,7 +47,7 @@ def device_name(key: str, value: Any) -> str:
 
 @dataclass
 class Distributed(Section):
-    """backend=distributed only."""
+    """placement=distributed only."""
     backend: str = knob("auto", Choice(("auto", "gloo", "nccl")), resume=True)   # auto: nccl on CUDA, else gloo
     # a rank that died or hangs makes the others stop with one line after this long
     timeout_s: float = knob(300.0, check_timeout, resume=True)
@@ -109,7 +109,7 @@ class LoopSettings(Section):
 class TrainConfig(Section):
     """``python -m dadam3.train``; ``config`` is the resolved config (stored in checkpoints)."""
     nodes: int = knob(5, Int(1))                              # M node copies
-    backend: str = knob("local", Choice(("local", "distributed")), resume=True)   # distributed: under torchrun
+    placement: str = knob("local", Choice(("local", "distributed")), resume=True)   # distributed: under torchrun
     distributed: Distributed = knob(factory=Distributed)
     seed: int = knob(0, Int(0, SEED_MAX))
     device: str = knob("auto", device_name, resume=True)      # auto | cpu | cuda | cuda:N
@@ -127,6 +127,7 @@ class TrainConfig(Section):
     topology: Any = knob(MISSING)
     logger: Any = knob(MISSING)
     config: ClassVar[Mapping[str, Any]] = MappingProxyType({})
+    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "placement"})   # old key -> its name now
 
     @property
     def torch_device(self) -> torch.device:
@@ -144,11 +145,11 @@ class TrainConfig(Section):
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
         _check_cuda_keys_on_cpu(self)
-        if self.backend == "local":
+        if self.placement == "local":
             for f in fields(self.distributed):
                 if getattr(self.distributed, f.name) != f.default:
                     raise ConfigError(f"distributed.{f.name}", getattr(self.distributed, f.name),
-                                      "only used with backend=distributed")
+                                      "only used with placement=distributed")
         m = self.metrics
         if data.is_images and m.every and m.any_image_metric and m.samples < IS_SPLITS:
             raise ConfigError("metrics.samples", m.samples,
@@ -217,6 +218,7 @@ class SyntheticConfig(Section):
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
     topology: Any = knob(MISSING)
+    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "engine"})   # old key -> its name now
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer.check_topology(self.topology.name)

@@ -1,0 +1,152 @@
+"""Architecture numbers of the dadam3 package found first on ``PYTHONPATH`` (issue 27, point 2).
+
+    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs]
+
+Run it on two trees for a before -> after (e.g. ``git worktree add /tmp/before <commit>``,
+then ``PYTHONPATH=/tmp/before python scripts/arch_metrics.py``). The layer map and the
+parameter counter are this checkout's ``tests/test_layering.py``, applied to that tree.
+
+* ``train_py_lines``: non-blank lines of ``dadam3/train.py``.
+* ``longest_parameter_list``: the most parameters a caller can pass to one function in
+  ``dadam3/`` (``test_layering.parameter_count``: ``self``/``cls`` not counted, ``*args`` and
+  ``**kwargs`` one each), and where.
+* ``upward_imports``: imports (lazy ones too) of a module from a layer above its own, with this
+  checkout's ``test_layering.LAYERS`` (modules of the tree in no layer are listed apart).
+* ``climbs``: the set-up of ``python -m dadam3.train`` (run in this process with
+  ``runpy``, the 2-D toy config of :data:`OVERRIDES`, one iteration), traced with
+  ``sys.setprofile`` from the call of train.py's Hydra task ``main(cfg)`` (the config in hand;
+  the module's import-time code, decorators included, is not counted) until
+  ``WGANTrainer.fit`` is called. For every frame F running code of ``dadam3/train.py``, count
+  the calls whose caller is F and whose callee is a Python function of another ``dadam3``
+  module (``c_call`` events, and frames of other packages or of generated code such as dataclass ``__init__``, do not count); every
+  such call but F's first is control that came back up into the entry point from the package
+  and went out again for the next piece: climbs(F) = max(0, calls(F) - 1), summed over the
+  frames. The same count for the frames of the build module(s) (``dadam3/run_build.py``,
+  where the builders live after the change) is printed beside it
+  (``climbs_into_builders``): before the change they ran in train.py's frames and counted
+  there, so ``climbs + climbs_into_builders`` is the like-for-like total.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import runpy
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+OVERRIDES = ["experiment=toy_gaussians", "nodes=2", "model.hidden=8", "loop.batch_size=4", "loop.iterations=1",
+             "loop.n_critic=1", "metrics.samples=20", "loop.progress=false", "device=cpu", "threads=1"]
+BUILDERS = ("run_build.py",)
+
+
+def layering(root: Path):
+    """This checkout's tests/test_layering.py, pointed at ``root`` (the package to measure)."""
+    spec = importlib.util.spec_from_file_location("_layering", HERE / "tests" / "test_layering.py")
+    tl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tl)
+    tl.ROOT = root
+    tl.MODULES = {tl.module_name(p): p for p in sorted(root.rglob("*.py"))}
+    return tl
+
+
+def static_numbers(root: Path) -> dict:
+    tl = layering(root)
+    lines = sum(1 for line in (root / "train.py").read_text().splitlines() if line.strip())
+    longest, where = 0, ""
+    for path in tl.MODULES.values():
+        tree = ast.parse(path.read_text(), str(path))
+        methods = {id(f) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = tl.parameter_count(fn, id(fn) in methods)
+                if n > longest:
+                    longest, where = n, f"{tl.relative(path)}:{fn.name}"
+    unplaced, upward = [], []
+    for m in tl.MODULES:
+        try:
+            tl.layer_of(m)
+        except AssertionError:
+            unplaced.append(m)
+    for m in tl.MODULES:
+        if m in unplaced:
+            continue
+        for d in sorted(tl.imports_of(m)):
+            if d not in unplaced and tl.layer_of(d) > tl.layer_of(m):
+                upward.append(f"{m} -> {d}")
+    return {"train_py_lines": lines, "longest_parameter_list": longest, "longest_at": where,
+            "upward_imports": len(upward), "upward": upward, "modules_in_no_layer": unplaced}
+
+
+class Stop(BaseException):
+    """``WGANTrainer.fit`` was reached: the set-up is over."""
+
+
+def climbs(root: Path) -> dict:
+    """The profile of the entry point's set-up (see the module docstring)."""
+    package = str(root) + os.sep
+    entry = str(root / "train.py")
+    builders = {str(root / b) for b in BUILDERS}
+    calls: Counter = Counter()
+    kinds: dict = {}
+    started = []
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        if code.co_name == "fit" and code.co_filename == str(root / "gan" / "trainer.py"):
+            sys.setprofile(None)
+            raise Stop
+        if code.co_name == "main" and code.co_filename == entry:
+            started.append(True)
+        caller = frame.f_back
+        if not started or caller is None or not code.co_filename.startswith(package):
+            return
+        home = caller.f_code.co_filename
+        if home in (entry, *builders) and code.co_filename != home:
+            calls[id(caller), home] += 1
+            kinds.setdefault(home, Counter())[f"{caller.f_code.co_name} -> {Path(code.co_filename).name}:"
+                                              f"{code.co_name}"] += 1
+
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = sys.argv
+        sys.argv = ["dadam3.train", *OVERRIDES, f"hydra.run.dir={tmp}/run"]
+        sys.setprofile(profile)
+        try:
+            runpy.run_module("dadam3.train", run_name="__main__", alter_sys=True)
+        except (Stop, SystemExit) as e:
+            if not isinstance(e, Stop):
+                raise RuntimeError(f"the run ended before WGANTrainer.fit: exit status {e.code}") from None
+        finally:
+            sys.setprofile(None)
+            sys.argv = argv
+    into_entry = sum(max(0, n - 1) for (_, home), n in calls.items() if home == entry)
+    into_builders = sum(max(0, n - 1) for (_, home), n in calls.items() if home != entry)
+    return {"climbs": into_entry, "climbs_into_builders": into_builders,
+            "calls_out": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--no-climbs", action="store_true", help="the static numbers only")
+    p.add_argument("--calls", action="store_true", help="list the calls out that the climbs count")
+    a = p.parse_args()
+    import dadam3
+    root = Path(dadam3.__file__).resolve().parent
+    out = {"package": str(root), **static_numbers(root)}
+    if not a.no_climbs:
+        found = climbs(root)
+        if not a.calls:
+            found.pop("calls_out")
+        out.update(found)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
