@@ -18,8 +18,9 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   the module's import-time code, decorators included, is not counted) until
   ``WGANTrainer.fit`` is called. For every frame F running code of ``dadam3/train.py``, count
   the calls whose caller is F and whose callee is a Python function of another ``dadam3``
-  module (``c_call`` events, and frames of other packages or of generated code such as dataclass ``__init__``, do not count); every
-  such call but F's first is control that came back up into the entry point from the package
+  module (``c_call`` events, and frames of other packages or of generated code such as
+  dataclass ``__init__``, do not count); every such call but F's first is control that came
+  back up into the entry point from the package
   and went out again for the next piece: climbs(F) = max(0, calls(F) - 1), summed over the
   frames. The same count for the frames of the build module(s) (``dadam3/run_build.py``,
   where the builders live after the change) is printed beside it
