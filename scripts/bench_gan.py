@@ -274,7 +274,7 @@ def norm_share(step, device, iters: int = 3) -> tuple[float, float]:
     return (norm / total if total else 0.0), total / iters / 1e3
 
 
-DADAM3_PASSES = 17   # 4-byte passes over the stacked values per Dadam3 step (docs: results/benchmarks.md)
+DADAM3_PASSES = 17   # 4-byte passes over the stacked values per Dadam3 step (docs: docs/benchmarks.md)
 
 
 def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_iter) -> str:

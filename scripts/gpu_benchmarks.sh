@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one go (for results/benchmarks.md):
+# Everything that needs a GPU, in one go (for docs/benchmarks.md):
 #   1. the CUDA tests (skipped on machines without CUDA),
 #   2. scripts/bench_gan.py --device cuda (paper's 32x32 nets at full width, batch 64 per
 #      node, M = 1, 5, 15: batched vs loop, mixing share, FLOP rate against the TF32 peak),

@@ -351,7 +351,7 @@ def test_many_chained_mixes_without_a_hang(tmp_path):
 
 
 def test_benchmark_script_runs_and_counts_the_bytes_by_hand():
-    """scripts/bench_distributed.py at tiny sizes (its numbers are in results/benchmarks.md).
+    """scripts/bench_distributed.py at tiny sizes (its numbers are in docs/benchmarks.md).
     Ring of 6, 100 float32 per node, R = 2 (blocks 0..2, 3..5): a node sends its row to 2
     neighbours (800 B per mix); each rank sends the 2 boundary rows (800 B). Two rounds
     per Dadam3 step double both; the one two-hop round sends 1.5 x 100 floats to 4 peers

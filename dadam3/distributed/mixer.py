@@ -44,7 +44,7 @@ latency, but sends more rows (ring, t = 1: two of A and one of D per side instea
 and one), reaches more ranks when blocks are small, and its bytes would no longer follow
 the per-round count the simulator logs. Its cost, emulated by one mix over the two-hop graph
 carrying the same bytes (``scripts/bench_distributed.py --fused``, numbers in
-``results/benchmarks.md``): on CPU with gloo, up to 2x faster at 10^4 values per node, about
+``docs/benchmarks.md``): on CPU with gloo, up to 2x faster at 10^4 values per node, about
 even at 10^5, 1.5-1.8x slower at 10^6.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ Two engines consume the same sample stream and give the same numbers:
   gradient of f by autograd, alpha in a ``maximize`` group. 0.3-1 ms per iteration.
 * ``numba``: the compiled loop of :mod:`dadam3.games.synthetic_kernels` around the
   optimizer's own math compiled by numba, proven equal to the torch engine in the
-  tests. Under 1 us per iteration (``results/benchmarks.md``).
+  tests. Under 1 us per iteration (``docs/benchmarks.md``).
 
 Metrics at iteration k, with z_bar_k the node average of the point where the k-th
 gradients are taken: e_k = ||z_bar_k - z*|| / ||z*|| and

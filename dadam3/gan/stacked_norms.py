@@ -92,7 +92,7 @@ class StackedInstanceNorm2d(nn.Module):
             return self._nhwc(h, flat(self.weight), flat(self.bias))
         # group_norm with one group per channel is instance norm with a per-channel affine;
         # F.instance_norm would run cuDNN's batch norm over B·M·C channels of a few pixels each
-        # (40 % of an H100 iteration, results/benchmarks.md)
+        # (40 % of an H100 iteration, docs/benchmarks.md)
         return F.group_norm(h, h.shape[1], flat(self.weight), flat(self.bias), self.eps)
 
     def _nhwc(self, h, weight, bias):

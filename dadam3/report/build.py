@@ -31,7 +31,7 @@ absolute value, or every logged loss bit-identical over {count} consecutive logg
 ([docs/run_contract.md](../docs/run_contract.md#divergence)). A setting or provenance field a run did not
 record (older runs have no `provenance.json`, some no config) is given as *unknown*. Scores use the
 Fashion-MNIST classifier (see the last section for their scale); the paper's figures use the inception score.
-Hand-measured speed: [benchmarks.md](benchmarks.md).
+Hand-measured speed: [docs/benchmarks.md](../docs/benchmarks.md).
 """
 
 
