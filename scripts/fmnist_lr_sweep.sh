@@ -8,13 +8,16 @@
 #   Dadam3 and Cadam3, M = 5 (experiment=fmnist_fig3): 8e-4
 # into results/fmnist/lr_sweep/lr<lr>/<method>/seed<s>/, except the presets' own step size 2e-4,
 # whose runs are those of scripts/fmnist_fig3.sh (results/fmnist/fig3/<method>/seed<s>/: the same
-# runs, trained once). PROBES=1 also runs the earlier single-seed probes that are committed too
-# (seed 0: DOSG and COSG at 1.28e-2 and 5.12e-2, Dadam3 and Cadam3 at 5e-5).
+# runs, trained once). PROBES=1 also runs the probes that are committed too (DOSG and COSG at
+# 1.28e-2 and 5.12e-2 with SEEDS; Dadam3 and Cadam3 at 5e-5, seed 0).
 # Like every Fashion-MNIST driver (scripts/fmnist_figure.sh) a finished or diverged run is skipped
 # and an interrupted one resumed, so the script can be stopped and called again. Extra arguments
 # are Hydra overrides for every run. VARIANT=NAME runs the whole grid, 2e-4 included, into
 # results/fmnist/lr_sweep_NAME/ instead: a variant with other options, e.g.
 #   VARIANT=clip10 bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=10
+# CELLS="METHOD@LR ..." runs only those cells of the grid; the committed clipped variant is
+#   VARIANT=clip100 CELLS="dosg@1.6e-3 cosg@1.6e-3 dadam3@8e-4 cadam3@8e-4" \
+#     bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=100
 # (the report gives each lr_sweep_* folder its own section). Tables and figures: `make report`
 # (results/REPORT.md).
 set -euo pipefail
@@ -26,8 +29,13 @@ sweep=lr_sweep${VARIANT:+_$VARIANT}
 
 # cell LR EXPERIMENT "METHODS" SEEDS [overrides...]
 cell() {
-  local lr=$1 experiment=$2 methods=$3 these=$4
+  local lr=$1 experiment=$2 methods=$3 these=$4 m keep=""
   shift 4
+  if [ -n "${CELLS:-}" ]; then
+    for m in $methods; do case " $CELLS " in *" $m@$lr "*) keep="$keep $m" ;; esac; done
+    methods=${keep# }
+    [ -n "$methods" ] || return 0
+  fi
   if [ "$lr" = 2e-4 ] && [ "$experiment" = fmnist_fig3 ] && [ "$sweep" = lr_sweep ]; then
     bash scripts/fmnist_figure.sh fig3 fmnist_fig3 "$methods" "$these" "$@"
   else
@@ -40,7 +48,7 @@ for lr in 8e-4 3.2e-3; do cell "$lr" fmnist_fig2 adam3 "$seeds" "$@"; done
 for lr in 5e-5 2e-4 8e-4 1.1e-3 1.3e-3 1.6e-3 3.2e-3; do cell "$lr" fmnist_fig3 "dosg cosg" "$seeds" "$@"; done
 cell 8e-4 fmnist_fig3 "dadam3 cadam3" "$seeds" "$@"
 if [ "${PROBES:-0}" = 1 ]; then
-  for lr in 1.28e-2 5.12e-2; do cell "$lr" fmnist_fig3 "dosg cosg" 0 "$@"; done
+  for lr in 1.28e-2 5.12e-2; do cell "$lr" fmnist_fig3 "dosg cosg" "$seeds" "$@"; done
   cell 5e-5 fmnist_fig3 "dadam3 cadam3" 0 "$@"
 fi
 echo "tables and figures: make report (results/REPORT.md)"
