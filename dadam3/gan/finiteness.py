@@ -34,8 +34,7 @@ class Divergence(NamedTuple):
 def first_false(mask: torch.Tensor) -> int | None:
     """Index of the first False in the bool vector ``mask`` (a node), or None if all are True.
 
-    The NaN checks' one host read of a device value (a sync); a seam that tests on fake
-    tensors, which have no values, replace.
+    The NaN checks' one host read of a device value (a sync).
     """
     if bool(mask.all()):
         return None

@@ -158,15 +158,11 @@ def cache_name(kind: str, cls: type, *parts: str) -> str:
 def flat_passes(cls: type, dtype) -> dict | None:
     """Optimizer class ``cls``'s numba pass of each round (``START`` and ``ROUNDS``) over flat
     buffers of ``dtype``, called ``pass(g, t, a, p, own, state, work)`` on 1-D arrays; None when
-    numba is missing or cannot compile its math (tried once, on one value; the reason is logged)."""
+    numba cannot compile its math (tried once, on one value; the reason is logged)."""
     key = (cls, str(dtype))
     if key not in _PASSES:
         _PASSES[key] = None
-        try:
-            from numba.core.errors import NumbaError
-        except ImportError:          # pragma: no cover - numba is a dependency; a broken install runs torch
-            log.info("numba is not importable: optimizers run their eager torch update on the CPU")
-            return None
+        from numba.core.errors import NumbaError
         dt = str(dtype).rpartition(".")[2]
         passes = {rnd: bind(flat_pass, cache_name("flat_pass", cls, dt, str(i)), PHASE=jitted(rnd.phase),
                             DIRECTION=jitted(cls.direction))
