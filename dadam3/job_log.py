@@ -162,7 +162,7 @@ def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
 
 def resume_argv(argv: list[str], renamed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
     """The command line with one ``resume=`` (not a sweep's): the run's own overrides first
-    (:func:`run_overrides`), then ``argv`` (:func:`dadam3.train.resumed_config`; before Hydra
+    (:func:`run_overrides`), then ``argv`` (:func:`dadam3.train_start.resumed_config`; before Hydra
     composes, so that keys of the run's data set or net are known)."""
     resume = None
     for arg in argv:

@@ -1,8 +1,9 @@
 """``python -m dadam3.train``: simulated multi-node WGAN-GP training (Section 5.2-5.3).
 
 The config is checked once into :class:`dadam3.schema.TrainConfig` (the settings); the run is
-built from it by :func:`dadam3.run_build.build_trainer` (re-exported here) and trained by
-:class:`dadam3.gan.trainer.WGANTrainer`.
+started from it by :func:`dadam3.train_start.start_run` (the trainer built by
+:func:`dadam3.run_build.build_trainer`, re-exported here, then the run directory's records)
+and trained by :class:`dadam3.gan.trainer.WGANTrainer`.
 Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged iteration),
 ``samples/`` (PNG grids from a fixed noise batch, per node and for the node-averaged model),
 ``checkpoints/last.pt``, ``config_resolved.yaml`` and ``.hydra/``. Examples::
@@ -13,7 +14,7 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
 
 A resume needs no more than ``resume=DIR``: the run's configuration comes from its directory
-(the overrides in ``.hydra/``, :func:`resumed_config`), and only keys given on the command
+(the overrides in ``.hydra/``, :func:`dadam3.train_start.resumed_config`), and only keys given on the command
 line change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
@@ -33,80 +34,35 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from dadam3.checkpoint import resolve_resume_path, resume_override
 from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
-from dadam3.errors import WriteFailed, exit_on_config_error, writing
+from dadam3.errors import exit_on_config_error
 from dadam3.gan.trainer import WGANTrainer
-from dadam3.job_log import JOB_LOG, JobLog, record_provenance, resume_argv, run_overrides, write_provenance
+from dadam3.job_log import JobLog, resume_argv
 from dadam3.run_build import build_trainer
 from dadam3.run_dir import discard_if_unused
-from dadam3.schema import TrainConfig, check_overrides, config_error, merged_overrides, train_settings
+from dadam3.schema import TrainConfig, check_overrides
 from dadam3.signals import StopSignals
 from dadam3.sweep import sweep_job
+from dadam3.train_start import start_run
 
-__all__ = ["build_trainer", "main", "resumed_config", "run", "train_run"]
+__all__ = ["build_trainer", "main", "run", "train_run"]
 log = logging.getLogger(__name__)
 
 
-def resumed_config(cfg: DictConfig) -> DictConfig:
-    """With ``resume=``: the config composed from the overrides the run was made and resumed
-    with (its ``.hydra/``), then this command line's; without, or for a run without ``.hydra/``,
-    ``cfg`` as composed."""
-    if not cfg.get("resume"):
-        return cfg
-    hc = HydraConfig.get()
-    base = run_overrides(resolve_resume_path(cfg.resume).parent.parent, TrainConfig.renamed)
-    if not base:
-        return cfg
-    given = merged_overrides(list(hc.overrides.task), [resume_override(cfg.resume)])
-    try:
-        return hydra.compose(config_name=hc.job.config_name, overrides=merged_overrides(base, given,
-                                                                                       ("resume", "overwrite")))
-    except Exception as e:
-        raise config_error(e) from None
-
-
-def _dir_named() -> bool:
-    """Whether the command line named the run's directory (hydra.run.dir, or a sweep's hydra.sweep.dir)."""
-    if not HydraConfig.initialized():
-        return False
-    hc = HydraConfig.get()
-    key = "hydra.sweep.dir" if hc.mode == RunMode.MULTIRUN else "hydra.run.dir"
-    return any(o.partition("=")[0] == key for o in hc.overrides.hydra)
-
-
 def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
-    """One run: checks, then (every check passed) the directory's records and provenance, training."""
+    """One run: started (every check, then the run directory's records: :func:`start_run`),
+    trained, finished."""
     with JobLog() as job_log:
-        cfg = resumed_config(cfg)
-        s = train_settings(cfg)
-        trainer = build_trainer(s, run_dir, _dir_named())
-        job_log.attach(trainer.run_dir / JOB_LOG)
-        trainer.stop_if_write_failed(_write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main
-                                     else None)
+        trainer = start_run(cfg, run_dir, job_log)
         trainer.fit()
         trainer.finish()
         shutdown()
         log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(),
                  trainer.run_dir)
     return trainer
-
-
-def _write_run_files(cfg: DictConfig, resolved: dict, trainer: WGANTrainer) -> WriteFailed | None:
-    """``config_resolved.yaml``, ``.hydra/`` and ``provenance.json``; a write that failed is returned."""
-    try:
-        with writing(trainer.run_dir / "config_resolved.yaml"):
-            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(resolved))
-        with writing(trainer.run_dir / ".hydra"):
-            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
-        with writing(trainer.run_dir / "provenance.json"):
-            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration)
-    except WriteFailed as e:
-        return e
-    return None
 
 
 @exit_on_peer_failure

@@ -1,6 +1,6 @@
 """Architecture numbers of the dadam3 package found first on ``PYTHONPATH`` (issue 27, point 2).
 
-    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs]
+    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs] [--resume] [--calls]
 
 Run it on two trees for a before -> after (e.g. ``git worktree add /tmp/before <commit>``,
 then ``PYTHONPATH=/tmp/before python scripts/arch_metrics.py``). The layer map and the
@@ -22,8 +22,10 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   dataclass ``__init__``, do not count); every such call but F's first is control that came
   back up into the entry point from the package
   and went out again for the next piece: climbs(F) = max(0, calls(F) - 1), summed over the
-  frames. The same count for the frames of the build module(s) (``dadam3/run_build.py``,
-  where the builders live after the change) is printed beside it
+  frames. With ``--resume`` the same walk is traced for ``resume=<that run> loop.iterations=2``
+  after the run went to its end (``climbs_on_resume``; a resume composes the run's own
+  config first). The same count for the frames of the build modules (``dadam3/run_build.py``
+  and ``dadam3/train_start.py``, where the set-up lives after the change) is printed beside it
   (``climbs_into_builders``): before the change they ran in train.py's frames and counted
   there, so ``climbs + climbs_into_builders`` is the like-for-like total.
 """
@@ -31,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.util
 import json
 import os
 import runpy
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -43,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 OVERRIDES = ["experiment=toy_gaussians", "nodes=2", "model.hidden=8", "loop.batch_size=4", "loop.iterations=1",
              "loop.n_critic=1", "metrics.samples=20", "loop.progress=false", "device=cpu", "threads=1"]
-BUILDERS = ("run_build.py",)
+BUILDERS = ("run_build.py", "train_start.py")
 
 
 def layering(root: Path):
@@ -88,8 +92,9 @@ class Stop(BaseException):
     """``WGANTrainer.fit`` was reached: the set-up is over."""
 
 
-def climbs(root: Path) -> dict:
-    """The profile of the entry point's set-up (see the module docstring)."""
+def climbs(root: Path, resume: bool = False) -> dict:
+    """The profile of the entry point's set-up, of a fresh run or (``resume``) of a resume of
+    one that ended (see the module docstring)."""
     package = str(root) + os.sep
     entry = str(root / "train.py")
     builders = {str(root / b) for b in BUILDERS}
@@ -118,6 +123,11 @@ def climbs(root: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         argv = sys.argv
         sys.argv = ["dadam3.train", *OVERRIDES, f"hydra.run.dir={tmp}/run"]
+        if resume:
+            env = {**os.environ, "PYTHONPATH": str(root.parent)}
+            subprocess.run([sys.executable, "-m", "dadam3.train", *sys.argv[1:]], env=env, check=True,
+                           capture_output=True)
+            sys.argv = ["dadam3.train", f"resume={tmp}/run", "loop.iterations=2"]
         sys.setprofile(profile)
         try:
             runpy.run_module("dadam3.train", run_name="__main__", alter_sys=True)
@@ -129,23 +139,27 @@ def climbs(root: Path) -> dict:
             sys.argv = argv
     into_entry = sum(max(0, n - 1) for (_, home), n in calls.items() if home == entry)
     into_builders = sum(max(0, n - 1) for (_, home), n in calls.items() if home != entry)
-    return {"climbs": into_entry, "climbs_into_builders": into_builders,
-            "calls_out": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
+    key = "_on_resume" if resume else ""
+    return {f"climbs{key}": into_entry, f"climbs_into_builders{key}": into_builders,
+            f"calls_out{key}": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-climbs", action="store_true", help="the static numbers only")
     p.add_argument("--calls", action="store_true", help="list the calls out that the climbs count")
+    p.add_argument("--resume", action="store_true", help="the climbs of a resume too")
     a = p.parse_args()
     import dadam3
     root = Path(dadam3.__file__).resolve().parent
     out = {"package": str(root), **static_numbers(root)}
     if not a.no_climbs:
-        found = climbs(root)
-        if not a.calls:
-            found.pop("calls_out")
-        out.update(found)
+        for resume in (False, True) if a.resume else (False,):
+            with contextlib.redirect_stdout(sys.stderr):     # the run's log: stdout is the numbers'
+                found = climbs(root, resume)
+            if not a.calls:
+                found = {k: v for k, v in found.items() if not k.startswith("calls_out")}
+            out.update(found)
     print(json.dumps(out, indent=1))
 
 

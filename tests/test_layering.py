@@ -1,8 +1,14 @@
 """The package's shape: layers that only import downwards, no import cycle, short modules and
-short parameter lists (issue 17: one concern per module). Read from the sources with ``ast``."""
+short parameter lists (issue 17: one concern per module), a training entry point that reads on one
+screen (issue 27). Read from the sources with ``ast``; the set-up walk is traced by
+``scripts/arch_metrics.py``."""
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,8 +28,8 @@ LAYERS = (
     ("schema", ("dadam3.schema", "dadam3.schema.")),
     ("training", ("dadam3.gan", "dadam3.gan.")),
     ("run", ("dadam3.run_dir", "dadam3.run_checks", "dadam3.run_build")),
-    ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.plot", "dadam3.sweep", "dadam3.job_log",
-                      "dadam3.report", "dadam3.report.")),
+    ("entry points", ("dadam3.train", "dadam3.train_start", "dadam3.synthetic", "dadam3.plot", "dadam3.sweep",
+                      "dadam3.job_log", "dadam3.report", "dadam3.report.")),
 )
 MAX_LINES = 350
 MAX_PARAMS = 10
@@ -170,3 +176,24 @@ def test_no_function_over_10_parameters():
 ])
 def test_parameter_count(source, method, expected):
     assert parameter_count(ast.parse(source).body[0], method) == expected
+
+
+MAX_ENTRY_LINES = 130
+MAX_CLIMBS = 6
+
+
+def test_the_training_entry_point_reads_on_one_screen():
+    lines = [line for line in (ROOT / "train.py").read_text().splitlines() if line.strip()]
+    assert len(lines) <= MAX_ENTRY_LINES, f"dadam3/train.py: {len(lines)} non-blank lines > {MAX_ENTRY_LINES}"
+
+
+def test_the_set_up_walk_from_train_py_climbs_back_at_most_6_times(tmp_path):
+    """``scripts/arch_metrics.py``'s count (its docstring defines it), of a fresh run and a resume."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, str(ROOT.parent / "scripts" / "arch_metrics.py"), "--resume", "--calls"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    found = json.loads(p.stdout)
+    assert found["upward_imports"] == 0, found["upward"]
+    for key in ("climbs", "climbs_on_resume"):
+        assert found[key] <= MAX_CLIMBS, (key, found[f"calls_out{key[6:]}"]["train.py"])
