@@ -183,6 +183,12 @@ def test_build_trainer_takes_the_nets(tmp_path):
     bad = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.Linear(16, 1), nn.Flatten(0))
     with pytest.raises(ConfigError, match=r"^model.critic=Sequential: layer 1 is a BatchNorm1d"):
         build_trainer(s, tmp_path / "other", nets=(G, bad))
+    column = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))           # [B, 1] scores
+    with pytest.raises(ConfigError, match=r"^model.critic=Sequential: maps a batch \[2, 2\] to \[2, 1\]; it must"):
+        build_trainer(s, tmp_path / "other", nets=(G, column))
+    wide = nn.Sequential(nn.Linear(8, 3))                                             # [B, 3]: not the data's [B, 2]
+    with pytest.raises(ConfigError, match=r"^model.generator=Sequential: maps noise \[2, 8\] to \[2, 3\]"):
+        build_trainer(s, tmp_path / "other", nets=(wide, D))
     assert not (tmp_path / "other").exists()
 
 

@@ -160,9 +160,10 @@ def _library_defaults():
     from dadam3.distributed import mixer, startup
     from dadam3.divergence import first_breach
     from dadam3.games import synthetic as game, synthetic_run
-    from dadam3.gan import nets, wgan_gp
+    from dadam3.gan import cuda_graph, nets, samples, wgan_gp
+    from dadam3.metrics import evaluation
     from dadam3.metrics.spec import FidelitySpec
-    from dadam3.topology import build_topology
+    from dadam3.topology import build_topology, erdos_renyi
     train, synthetic = "train", "synthetic"
     pts, fk = ["dataset=gaussians", "model=mlp"], ["dataset=fake"]
     return [
@@ -170,6 +171,7 @@ def _library_defaults():
         (build_topology, "rows", train, ["topology=torus"], "topology.rows"),
         (build_topology, "p", train, ["topology=erdos_renyi"], "topology.p"),
         (build_topology, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
+        (erdos_renyi, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
         (build_topology, "matrix", train, ["topology=explicit"], "topology.matrix"),
         (build_topology, "file", train, ["topology=explicit"], "topology.file"),
         (build_topology, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
@@ -187,6 +189,8 @@ def _library_defaults():
         (node_sampler.NodeSampler, "partition", train, [], "dataset.partition"),
         (node_sampler.NodeSampler, "alpha", train, [], "dataset.alpha"),
         (node_sampler.NodeSampler, "alpha", train, fk, "dataset.alpha"),
+        (node_sampler.NodeSampler, "seed", train, [], "seed"),
+        (node_sampler.NodeSampler, "prefetch", train, [], "prefetch"),
         (datasets.build_dataset, "image_size", train, [], "dataset.image_size"),
         (datasets.build_dataset, "download", train, [], "dataset.download"),
         (datasets._load_celeba, "workers", train, ["dataset=celeba", "model=dcgan64"], "dataset.workers"),
@@ -199,6 +203,9 @@ def _library_defaults():
         (gaussians.GaussianRing, "std", train, pts, "dataset.std"),
         (wgan_gp.wgan_gp_step, "gp_lambda", train, [], "loop.gp_lambda"),
         (wgan_gp.critic_step, "gp_lambda", train, [], "loop.gp_lambda"),
+        (cuda_graph.GraphedGradients, "gp_lambda", train, [], "loop.gp_lambda"),
+        (evaluation.image_scores, "per_node", train, [], "metrics.per_node"),
+        (samples.GeneratorDraws.samplers, "per_node", train, [], "metrics.per_node"),
         (first_breach, "bound", train, [], "loop.diverge_above"),
         (FidelitySpec, "download", train, [], "metrics.download_weights"),
         (startup.init_from_env, "backend", train, [], "distributed.backend"),
@@ -225,10 +232,18 @@ def test_a_library_default_is_the_configs(fn, arg, entry, overrides, key):
     assert inspect.signature(fn).parameters[arg].default == value, (fn, arg, key)
 
 
-def test_the_is_splits_the_samples_check_asks_for_are_the_metrics():
-    from dadam3.metrics.spec import FidelitySpec
+def test_the_metrics_defaults_are_the_fidelity_libraries():
+    """The IS splits the samples check asks for, and the default feature extractor (the config
+    names it by its key). ``FidelitySpec.isc`` is True where ``metrics.inception`` is false: a spec
+    computes at least one score, a run evaluates nothing unless asked."""
+    import inspect
+    from dadam3.metrics.fidelity import resolve_feature_extractor_weights
+    from dadam3.metrics.spec import FEATURE_EXTRACTORS, FidelitySpec
     from dadam3.schema import runs
     assert runs.IS_SPLITS == FidelitySpec(batch_size=1).splits
+    extractor = FEATURE_EXTRACTORS[runs.Metrics().feature_extractor]
+    assert extractor == FidelitySpec(batch_size=1).feature_extractor
+    assert extractor == inspect.signature(resolve_feature_extractor_weights).parameters["feature_extractor"].default
     line = f"metrics.samples=9: must be >= {runs.IS_SPLITS} for IS/FID/KID"
     with pytest.raises(ConfigError, match=line):
         train_settings(compose("train", ["device=cpu", "metrics.inception=true", "metrics.samples=9"]))
