@@ -59,10 +59,10 @@ from dadam3.gan.loop_reference import LoopReference  # noqa: E402
 from dadam3.gan.op_census import ByteCensus, ConvCensus  # noqa: E402
 from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
 from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
-from dadam3.optim import build_optimizer, mixer_for, step_together  # noqa: E402
+from dadam3.optim import build_optimizer, mixer_for, optimizer_spec, step_together  # noqa: E402
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
-HPARAMS = dict(lr=5e-5, beta1=0.5, beta2=0.999, beta3=0.5)   # Table "Training Parameters"
+HPARAMS = optimizer_spec("dadam3").check_hparams({})   # the class's defaults: Table 6 ("Training Parameters")
 # TF32 dense tensor-core peak (TFLOP/s), by substring of the device name.
 TF32_PEAK = (("H100 PCIe", 378.0), ("H200", 494.7), ("H100", 494.7), ("A100", 156.0))
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

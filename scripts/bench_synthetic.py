@@ -26,6 +26,7 @@ import torch
 
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import run_synthetic
+from dadam3.schema import compose, synthetic_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,8 +40,10 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     game = SyntheticGame()
-    b2 = 1.0 / (1.0 + game.c ** 2)
-    hp = {"dadam3": dict(lr=1e-2, beta1=0.0, beta2=b2, beta3=0.1), "dp_oadam": dict(lr=1e-2, beta1=0.0, beta2=b2)}
+    # Section 5.1's values, as python -m dadam3.synthetic runs them (configs/synthetic_optimizer/)
+    hp = {name: dict(synthetic_settings(compose("synthetic", [f"optimizer={name}", f"game.c={game.c}",
+                                                              f"game.k={game.k}"])).optimizer.hparams)
+          for name in ("dadam3", "dp_oadam")}
     run_synthetic(game, "dadam3", hp["dadam3"], 5, 10)  # compile (or load the cached kernels)
     run_synthetic(game, "dp_oadam", hp["dp_oadam"], 5, 10)
     for name, h in hp.items():

@@ -399,3 +399,13 @@ def test_init_outside_torchrun_is_a_one_line_config_error(monkeypatch):
         init_from_env("gloo")
     with pytest.raises(ConfigError, match=r"^backend=mpi: allowed: auto, gloo, nccl$"):
         init_from_env("mpi")
+
+
+def test_a_timeout_says_its_iteration_as_data():
+    """The training loop sets the iteration under way on the error; the message is not rewritten."""
+    from dadam3.distributed.failures import DistributedTimeout
+    e = DistributedTimeout("rank 1: no answer from rank 0 within timeout_s=5", 1, [0], 5.0)
+    assert str(e) == "rank 1: no answer from rank 0 within timeout_s=5" and e.iteration is None
+    e.iteration = 7
+    assert str(e) == "rank 1: no answer from rank 0 within timeout_s=5; during training iteration 7"
+    assert e.args == ("rank 1: no answer from rank 0 within timeout_s=5",) and (e.rank, e.peers) == (1, (0,))

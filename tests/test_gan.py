@@ -378,3 +378,19 @@ def test_channels_last_stacked_step_equals_the_default_layout(arch):
         torch.testing.assert_close(out_a[key], out_b[key], rtol=1e-11, atol=1e-12)
     for a, b in zip(g_a, g_b):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11 * max(1.0, float(a.abs().max())))
+
+
+@pytest.mark.parametrize("overrides", [[], ["model=dcgan64", "dataset=celeba"], ["model=mlp", "dataset=gaussians"]])
+def test_build_nets_without_options_builds_what_the_config_builds(overrides):
+    """One source for every default (issue 27 point 4): ``build_nets(arch)`` is ``model=arch``'s nets."""
+    from dadam3.schema import compose, train_settings
+    s = train_settings(compose("train", ["device=cpu", *overrides]))
+    images = dict(channels=3) if s.dataset.is_images else {}
+    torch.manual_seed(0)
+    plain = build_nets(s.model.arch, **images)
+    torch.manual_seed(0)
+    configured = build_nets(s.model.arch, **images, **s.model.options)
+    for a, b in zip(plain, configured):
+        shapes = {k: v.shape for k, v in a.state_dict().items()}
+        assert shapes == {k: v.shape for k, v in b.state_dict().items()}
+        assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())

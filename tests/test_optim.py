@@ -297,3 +297,15 @@ def test_unknown_optimizer_and_single_node_rule():
         mixer_for("dadam3", 4, "hypercube")
     with pytest.raises(ConfigError, match=r"^topology=torus: nodes=5 has no factorisation .* use topology=ring"):
         mixer_for("dadam3", 5, "torus")
+
+
+def test_an_hparams_why_follows_an_interval_only():
+    """``why`` is said after the interval a value missed, decided from the check, not from the text."""
+    from dadam3.optim.base import EPS
+    with pytest.raises(ConfigError) as e:
+        EPS.check("eps", -1.0)
+    assert str(e.value) == "eps=-1.0: must be in (0, inf): the first step divides a zero gradient by sqrt(0) + eps"
+    for bad, said in (("x", "must be a number"), (float("nan"), "must be a finite number"), (True, "must be a number")):
+        with pytest.raises(ConfigError) as e:
+            EPS.check("eps", bad)
+        assert e.value.allowed == said and e.value.key == "eps"

@@ -36,7 +36,9 @@ NETS = textwrap.dedent('''
     class Critic(nn.Module):
         def __init__(self, width=8, scores=1, norm="none"):
             super().__init__()
-            norm_layer = nn.BatchNorm2d(width) if norm == "batch" else nn.GroupNorm(1, width)
+            norms = {"batch": lambda: nn.BatchNorm2d(width), "lazy": lambda: nn.LazyBatchNorm2d(),
+                     "sync": lambda: nn.SyncBatchNorm(width)}
+            norm_layer = norms.get(norm, lambda: nn.GroupNorm(1, width))()
             self.body = nn.Sequential(nn.Conv2d(1, width, 4, 2, 1), norm_layer, nn.LeakyReLU(0.2),
                                       nn.Flatten(), nn.Linear(width * 16, scores))
             self.scores = scores
@@ -95,6 +97,8 @@ def test_a_cli_run_trains_your_own_nets_with_extra_keyword_arguments(tmp_path, m
 
 @pytest.mark.parametrize("extra, line", [
     (["+model.critic.norm=batch"], "model.critic=Critic: layer body.1 is a BatchNorm2d, which couples the samples"),
+    (["+model.critic.norm=lazy"], "model.critic=Critic: layer body.1 is a LazyBatchNorm2d, which couples the samples"),
+    (["+model.critic.norm=sync"], "model.critic=Critic: layer body.1 is a SyncBatchNorm, which couples the samples"),
     (["+model.critic.scores=1", "+model.critic.width=2", "model.critic._target_=mypkg.nets.Generator"],
      "model.critic._target_=mypkg.nets.Generator: cannot be built: "),
     (["+model.critic.scores=3"], "model.critic=Critic: maps a batch [2, 1, 8, 8] to [2, 3]; it must give one score"),
@@ -131,6 +135,31 @@ def test_the_checks_name_the_shapes_and_the_coupling_layer():
     assert torch.equal(ok[0].weight, ok[0].weight.clone())             # the real nets ran nothing (meta copies)
 
 
+def _batch_norms() -> list[nn.Module]:
+    """Every batch-coupling layer torch has (torch.nn's and torch.ao's quantized ones), and a
+    user's own batch norm on their base class."""
+    from torch.ao.nn.intrinsic.quantized import BNReLU2d, BNReLU3d
+    from torch.ao.nn.quantized import BatchNorm2d as QuantizedBatchNorm2d, BatchNorm3d as QuantizedBatchNorm3d
+
+    class MyBatchNorm(nn.modules.batchnorm._BatchNorm):
+        def _check_input_dim(self, x):
+            pass
+    return [nn.BatchNorm1d(4), nn.BatchNorm2d(4), nn.BatchNorm3d(4), nn.SyncBatchNorm(4), nn.LazyBatchNorm1d(),
+            nn.LazyBatchNorm2d(), nn.LazyBatchNorm3d(), QuantizedBatchNorm2d(4), QuantizedBatchNorm3d(4),
+            BNReLU2d(4), BNReLU3d(4), MyBatchNorm(4)]
+
+
+@pytest.mark.parametrize("norm", _batch_norms(), ids=lambda m: f"{type(m).__module__}.{type(m).__name__}")
+def test_every_batch_norm_is_refused_in_the_critic_however_deep(norm):
+    G, _ = build_nets("mlp", hidden=8)
+    inner = nn.Sequential(nn.Linear(2, 4), nn.Sequential(nn.Identity(), norm))
+    D = nn.Sequential(inner, nn.Linear(4, 1), nn.Flatten(0))
+    with pytest.raises(ConfigError, match=rf"^critic=Sequential: layer 0.1.1 is a {type(norm).__name__}, which "
+                                          "couples the samples of a batch"):
+        check_nets(G, D, 8, (2,))
+    check_nets(nn.Sequential(G, nn.Sequential(nn.Identity())), nn.Sequential(nn.Linear(2, 1), nn.Flatten(0)), 8, (2,))
+
+
 def test_stack_own_nets_takes_the_stacked_path_when_it_can():
     G, D = build_nets("mlp", hidden=8)
     Gs, Ds = stack_own_nets(G, D, 3, 8, (2,))
@@ -154,6 +183,12 @@ def test_build_trainer_takes_the_nets(tmp_path):
     bad = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.Linear(16, 1), nn.Flatten(0))
     with pytest.raises(ConfigError, match=r"^model.critic=Sequential: layer 1 is a BatchNorm1d"):
         build_trainer(s, tmp_path / "other", nets=(G, bad))
+    column = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))           # [B, 1] scores
+    with pytest.raises(ConfigError, match=r"^model.critic=Sequential: maps a batch \[2, 2\] to \[2, 1\]; it must"):
+        build_trainer(s, tmp_path / "other", nets=(G, column))
+    wide = nn.Sequential(nn.Linear(8, 3))                                             # [B, 3]: not the data's [B, 2]
+    with pytest.raises(ConfigError, match=r"^model.generator=Sequential: maps noise \[2, 8\] to \[2, 3\]"):
+        build_trainer(s, tmp_path / "other", nets=(wide, D))
     assert not (tmp_path / "other").exists()
 
 

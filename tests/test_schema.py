@@ -151,3 +151,121 @@ def test_no_yaml_repeats_a_default_of_its_schema():
     for name in ("train", "synthetic"):
         assert set(OmegaConf.load(CONFIG_DIR / f"{name}.yaml")) == {"defaults", "hydra"}
     assert set(OmegaConf.load(CONFIG_DIR / "loop" / "default.yaml")) == {"defaults"}
+
+
+# (library function, its argument, the entry point and overrides composing a config, the config key
+# that feeds the argument): every default a library function shares with a config (issue 27 point 4)
+def _library_defaults():
+    from dadam3.data import datasets, fake, gaussians, node_sampler
+    from dadam3.distributed import mixer, startup
+    from dadam3.divergence import first_breach
+    from dadam3.games import synthetic as game, synthetic_run
+    from dadam3.gan import cuda_graph, nets, samples, wgan_gp
+    from dadam3.metrics import evaluation
+    from dadam3.metrics.spec import FidelitySpec
+    from dadam3.topology import build_topology, erdos_renyi
+    train, synthetic = "train", "synthetic"
+    pts, fk = ["dataset=gaussians", "model=mlp"], ["dataset=fake"]
+    return [
+        (build_topology, "rounds", train, [], "topology.rounds"),
+        (build_topology, "rows", train, ["topology=torus"], "topology.rows"),
+        (build_topology, "p", train, ["topology=erdos_renyi"], "topology.p"),
+        (build_topology, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
+        (erdos_renyi, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
+        (build_topology, "matrix", train, ["topology=explicit"], "topology.matrix"),
+        (build_topology, "file", train, ["topology=explicit"], "topology.file"),
+        (build_topology, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
+        (nets.build_nets, "width", train, [], "model.width"),
+        (nets.build_nets, "init", train, [], "model.init"),
+        (nets.build_nets, "bias_before_norm", train, [], "model.bias_before_norm"),
+        (nets.build_nets, "instance_norm_affine", train, [], "model.instance_norm_affine"),
+        (lambda nz=nets.DEFAULT_NZ["dcgan32"]: 0, "nz", train, [], "model.nz"),
+        (lambda nz=nets.DEFAULT_NZ["dcgan64"]: 0, "nz", train, ["model=dcgan64", "dataset=celeba"], "model.nz"),
+        (lambda nz=nets.DEFAULT_NZ["mlp"]: 0, "nz", train, pts, "model.nz"),
+        (nets.build_nets, "hidden", train, pts, "model.hidden"),
+        (nets.build_nets, "width", train, pts, "model.width"),
+        (nets.build_nets, "data_dim", train, pts, "model.data_dim"),
+        (nets.build_nets, "init", train, pts, "model.init"),
+        (node_sampler.NodeSampler, "partition", train, [], "dataset.partition"),
+        (node_sampler.NodeSampler, "alpha", train, [], "dataset.alpha"),
+        (node_sampler.NodeSampler, "alpha", train, fk, "dataset.alpha"),
+        (node_sampler.NodeSampler, "seed", train, [], "seed"),
+        (node_sampler.NodeSampler, "prefetch", train, [], "prefetch"),
+        (datasets.build_dataset, "image_size", train, [], "dataset.image_size"),
+        (datasets.build_dataset, "download", train, [], "dataset.download"),
+        (datasets._load_celeba, "workers", train, ["dataset=celeba", "model=dcgan64"], "dataset.workers"),
+        (datasets._load_imagenette, "workers", train, ["dataset=imagenette", "model=dcgan64"], "dataset.workers"),
+        (fake.FakeImages, "image_size", train, fk, "dataset.image_size"),
+        (fake.FakeImages, "channels", train, fk, "dataset.channels"),
+        (fake.FakeImages, "length", train, fk, "dataset.length"),
+        (gaussians.GaussianRing, "modes", train, pts, "dataset.modes"),
+        (gaussians.GaussianRing, "radius", train, pts, "dataset.radius"),
+        (gaussians.GaussianRing, "std", train, pts, "dataset.std"),
+        (wgan_gp.wgan_gp_step, "gp_lambda", train, [], "loop.gp_lambda"),
+        (wgan_gp.critic_step, "gp_lambda", train, [], "loop.gp_lambda"),
+        (cuda_graph.GraphedGradients, "gp_lambda", train, [], "loop.gp_lambda"),
+        (evaluation.image_scores, "per_node", train, [], "metrics.per_node"),
+        (samples.GeneratorDraws.samplers, "per_node", train, [], "metrics.per_node"),
+        (first_breach, "bound", train, [], "loop.diverge_above"),
+        (FidelitySpec, "download", train, [], "metrics.download_weights"),
+        (startup.init_from_env, "backend", train, [], "distributed.backend"),
+        (startup.init_from_env, "timeout_s", train, [], "distributed.timeout_s"),
+        (mixer.DistributedMixer, "timeout_s", train, [], "distributed.timeout_s"),
+        (game.SyntheticGame, "c", synthetic, [], "game.c"),
+        (game.SyntheticGame, "k", synthetic, [], "game.k"),
+        (synthetic_run.run_synthetic, "seed", synthetic, [], "seed"),
+        (synthetic_run.run_synthetic, "engine", synthetic, [], "engine"),
+        (synthetic_run.run_synthetic, "topology", synthetic, [], "topology.name"),
+    ]
+
+
+@pytest.mark.parametrize("fn, arg, entry, overrides, key", _library_defaults(),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_a_library_default_is_the_configs(fn, arg, entry, overrides, key):
+    """``build_x(...)`` without the argument does what the config's default does: one value."""
+    import inspect
+    settings = (train_settings if entry == "train" else synthetic_settings)(compose(entry, ["device=cpu", *overrides]
+                                                                                    if entry == "train" else overrides))
+    value = settings
+    for part in key.split("."):
+        value = getattr(value, part)
+    assert inspect.signature(fn).parameters[arg].default == value, (fn, arg, key)
+
+
+def test_the_metrics_defaults_are_the_fidelity_libraries():
+    """The IS splits the samples check asks for, and the default feature extractor (the config
+    names it by its key). ``FidelitySpec.isc`` is True where ``metrics.inception`` is false: a spec
+    computes at least one score, a run evaluates nothing unless asked."""
+    import inspect
+    from dadam3.metrics.fidelity import resolve_feature_extractor_weights
+    from dadam3.metrics.spec import FEATURE_EXTRACTORS, FidelitySpec
+    from dadam3.schema import runs
+    assert runs.IS_SPLITS == FidelitySpec(batch_size=1).splits
+    extractor = FEATURE_EXTRACTORS[runs.Metrics().feature_extractor]
+    assert extractor == FidelitySpec(batch_size=1).feature_extractor
+    assert extractor == inspect.signature(resolve_feature_extractor_weights).parameters["feature_extractor"].default
+    line = f"metrics.samples=9: must be >= {runs.IS_SPLITS} for IS/FID/KID"
+    with pytest.raises(ConfigError, match=line):
+        train_settings(compose("train", ["device=cpu", "metrics.inception=true", "metrics.samples=9"]))
+
+
+def test_dataset_workers_takes_what_the_loaders_take():
+    """0 decodes in the loading thread (the loaders allow it): the schema allows it too."""
+    s = train_settings(compose("train", ["device=cpu", "dataset=celeba", "model=dcgan64", "dataset.workers=0"]))
+    assert s.dataset.options["workers"] == 0
+    with pytest.raises(ConfigError, match=r"^dataset.workers=-1: must be an integer >= 0"):
+        train_settings(compose("train", ["device=cpu", "dataset=celeba", "model=dcgan64", "dataset.workers=-1"]))
+
+
+def test_a_range_the_library_declares_is_the_schemas():
+    """The fake images' channel and length bounds and the distributed back ends are the library's."""
+    from dadam3.data.fake import MAX_CHANNELS, FakeImages
+    from dadam3.distributed.startup import BACKENDS
+    with pytest.raises(ConfigError, match=rf"^dataset.channels=17: must be an integer in \[1, {MAX_CHANNELS}\]$"):
+        train_settings(compose("train", ["device=cpu", "dataset=fake", f"dataset.channels={MAX_CHANNELS + 1}"]))
+    with pytest.raises(ConfigError, match=rf"^channels=17: must be an integer in \[1, {MAX_CHANNELS}\]$"):
+        FakeImages(channels=MAX_CHANNELS + 1)
+    s = train_settings(compose("train", ["device=cpu", "placement=distributed", "distributed.backend=gloo"]))
+    assert s.distributed.backend in BACKENDS
+    with pytest.raises(ConfigError, match=rf"^distributed.backend=mpi: unknown value; allowed: {', '.join(BACKENDS)}$"):
+        train_settings(compose("train", ["device=cpu", "placement=distributed", "distributed.backend=mpi"]))

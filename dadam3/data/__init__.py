@@ -15,6 +15,12 @@ from typing import Any
 
 from dadam3.data.partition import PARTITIONS
 
+# decode threads of the sets decoded on the fly (celeba, imagenette): build_dataset's default and
+# dataset.workers' (the schema reads it here, without importing torchvision)
+DECODE_WORKERS = 4
+# where Debian's dataset-fashion-mnist package puts the four .gz files (dataset.root's default)
+FASHION_MNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
+
 _LAZY = {
     "dadam3.data.containers": ("DecodedImages", "ImageDataset", "ImageFiles", "TensorImages"),
     "dadam3.data.datasets": ("NAMES", "build_dataset"),
@@ -25,7 +31,7 @@ _LAZY = {
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
-    "NAMES", "PARTITIONS", "build_dataset", "NodeSampler",
+    "NAMES", "PARTITIONS", "DECODE_WORKERS", "FASHION_MNIST_DEBIAN_ROOT", "build_dataset", "NodeSampler",
     "ImageDataset", "TensorImages", "DecodedImages", "ImageFiles", "FakeImages",
     "GaussianRing", "ring_centers", "mode_metrics",
 ]

@@ -36,6 +36,7 @@ from torchvision.transforms.v2 import functional as F2
 from torchvision.datasets.utils import extract_archive
 
 from dadam3.errors import ConfigError, check_choice, check_int
+from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
 from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDataset, ImageFiles,
                                     TensorImages, ToRGB, find_image_files)
 from dadam3.data.fake import FakeImages
@@ -141,9 +142,6 @@ def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorIma
                       "MNIST", root, raw, names, download, hint)
     images = _resize_uint8(base.data.unsqueeze(1), size)
     return TensorImages(images, base.targets, "mnist")
-
-
-FASHION_MNIST_DEBIAN_ROOT = "/usr/share/datasets/fashion-mnist"
 
 
 def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, split: str | None = None) -> TensorImages:
@@ -271,7 +269,7 @@ def _one_line(e: BaseException, limit: int = 300) -> str:
 # ---------------------------------------------------------------- CelebA / Imagenette (decoded)
 
 def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str | None = None,
-                 crop: int | None = None, workers: int = 0) -> DecodedImages:
+                 crop: int | None = None, workers: int = DECODE_WORKERS) -> DecodedImages:
     split = check_choice("split", split if split is not None else ("train" if train else "test"),
                          CELEBA_SPLITS)
     if crop is not None:
@@ -310,7 +308,7 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
 
 
 def _load_imagenette(root: Path, size: int, download: bool, train: bool,
-                     workers: int = 0) -> DecodedImages:
+                     workers: int = DECODE_WORKERS) -> DecodedImages:
     workers = check_int("workers", workers, 0)
     split = "train" if train else "val"
     folder = root / "imagenette2-160" / split

@@ -20,6 +20,8 @@ from torch.utils.data import Dataset
 from dadam3.errors import check_int
 
 _MASK = 0xFFFFFFFF
+MAX_CHANNELS = 16           # dataset.channels' range too (dadam3/schema/groups.py)
+MAX_LENGTH = 2**31 - 1
 _GOLDEN = 0x9E3779B9
 _TEST_SALT = 0x5BD1E995   # train=False draws a different (but still fixed) set of images
 
@@ -42,9 +44,9 @@ class FakeImages(Dataset):
     def __init__(self, channels: int = 3, image_size: int = 32, length: int = 50_000,
                  num_classes: int = 10, seed: int = 0, train: bool = True,
                  device: torch.device | str = "cpu"):
-        self.channels = check_int("channels", channels, 1, 16)
+        self.channels = check_int("channels", channels, 1, MAX_CHANNELS)
         self.image_size = check_int("image_size", image_size, 1)
-        self.length = check_int("length", length, 1, 2**31 - 1)
+        self.length = check_int("length", length, 1, MAX_LENGTH)
         self.num_classes = check_int("num_classes", num_classes, 1)
         self.seed = check_int("seed", seed)
         self.train = bool(train)

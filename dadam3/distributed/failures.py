@@ -48,11 +48,17 @@ EXIT_PEER_FAILURE = 3
 
 class DistributedTimeout(RuntimeError):
     """A peer did not do its part within ``timeout_s``: it hung, or it died (gloo reports
-    a dead peer at once). One line naming this rank, the peer rank(s) and the timeout."""
+    a dead peer at once). One line naming this rank, the peer rank(s) and the timeout; the
+    training loop sets ``iteration`` (the one under way), said after the message."""
 
     def __init__(self, message: str, rank: int, peers: Sequence[int], timeout_s: float):
         self.rank, self.peers, self.timeout_s = rank, tuple(peers), timeout_s
+        self.iteration: int | None = None
         super().__init__(message)
+
+    def __str__(self) -> str:
+        said = super().__str__()
+        return said if self.iteration is None else f"{said}; during training iteration {self.iteration}"
 
 
 def exit_on_peer_failure(fn: F) -> F:

@@ -19,6 +19,7 @@ from dadam3.config import flatten
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
 from dadam3.errors import ConfigError
 
+BACKENDS = ("auto", "gloo", "nccl")     # auto: nccl on CUDA, else gloo (distributed.backend's choices)
 WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)
 # keys every rank may set for itself (its machine's paths and threads): left out of the fingerprint
 PER_PROCESS_KEYS = ("device", "threads", "progress", "prefetch", "dataset.root", "dataset.download",
@@ -79,8 +80,8 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     :class:`DistributedTimeout`. Already initialised: describes the existing group.
     """
     timeout_s = check_timeout("timeout_s", timeout_s)
-    if backend not in ("auto", "gloo", "nccl"):
-        raise ConfigError("backend", backend, "allowed: auto, gloo, nccl")
+    if backend not in BACKENDS:
+        raise ConfigError("backend", backend, f"allowed: {', '.join(BACKENDS)}")
     if "RANK" not in os.environ:
         _env_from_submitit()
     rank, world, local_rank = _env_int("RANK"), _env_int("WORLD_SIZE"), _env_int("LOCAL_RANK")

@@ -40,6 +40,7 @@ ARCHS = ("dcgan32", "dcgan64", "mlp")
 DCGAN32_CHANNELS = (1024, 512, 256)
 DCGAN64_CHANNELS = (512, 256, 128, 64)
 DEFAULT_NZ = {"dcgan32": 100, "dcgan64": 100, "mlp": 8}
+MLP_HIDDEN = 128          # the MLP pair's hidden width (model=mlp's too: tests/test_gan.py checks)
 INITS = ("dcgan", "default")
 
 
@@ -137,7 +138,7 @@ def image_size_of(arch: str) -> int | None:
 
 
 def build_nets(arch: str, channels: int = 3, width: float = 1.0, nz: int | None = None, *,
-               image_size: int | None = None, hidden: int = 64, data_dim: int = 2,
+               image_size: int | None = None, hidden: int = MLP_HIDDEN, data_dim: int = 2,
                init: str | None = None, bias_before_norm: bool = False,
                instance_norm_affine: bool = True) -> tuple[SequentialNet, SequentialNet]:
     """Build one (generator, critic) pair.

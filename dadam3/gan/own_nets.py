@@ -27,8 +27,9 @@ from hydra.utils import instantiate
 from dadam3.errors import ConfigError
 from dadam3.gan.vmapped import stack_nets
 
-COUPLING_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
-                  nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d)
+# every batch norm: BatchNorm1d/2d/3d, SyncBatchNorm, LazyBatchNorm1d/2d/3d, torch.ao's quantized
+# BatchNorm2d/3d and BNReLU2d/3d, and any subclass of their base (the only batch-coupling layers of torch.nn)
+COUPLING_NORMS = (nn.modules.batchnorm._BatchNorm,)
 CHECK_BATCH = 2
 
 

@@ -175,7 +175,7 @@ class WGANTrainer(RunStops):
             self._terminal_record("interrupted", f"{e}; last checkpoint: {self._last_checkpoint()}")
             raise
         except DistributedTimeout as e:          # a peer died or hung: the survivors end the log
-            e.args = (f"{e}; during training iteration {self.state.iteration + 1}",)
+            e.iteration = self.state.iteration + 1
             self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
             raise
         finally:

@@ -20,6 +20,7 @@ FEATURE_EXTRACTORS: Mapping[str, str] = MappingProxyType({
     "fmnist_classifier": "dadam3-fmnist-classifier",  # dadam3.metrics.fmnist_classifier
 })
 INCEPTION = FEATURE_EXTRACTORS["inception"]
+IS_SPLITS = 10          # the inception score's splits (metrics.samples must be at least this)
 FMNIST_CLASSIFIER = FEATURE_EXTRACTORS["fmnist_classifier"]
 
 
@@ -41,7 +42,7 @@ class FidelitySpec:
     isc: bool = True
     fid: bool = False
     kid: bool = False
-    splits: int = 10
+    splits: int = IS_SPLITS
     cache_root: str | os.PathLike | None = None
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 

@@ -62,10 +62,13 @@ class HParam:
     why: str = ""             # said after the interval when a value is refused
 
     def check(self, name: str, value: Any) -> float:
+        """``value`` as a float in the interval, else a one-line ConfigError naming ``name``
+        (``why`` said after the interval, not after "must be a number")."""
+        check_range(name, value)                     # a finite number
         try:
             return check_range(name, value, self.low, self.high, self.low_open, self.high_open)
         except ConfigError as e:
-            if not self.why or e.allowed.startswith("must be a"):
+            if not self.why:
                 raise
             raise e.explained(self.why) from None
 

@@ -9,12 +9,23 @@ for rules between its fields), then freezes the section: the checked objects are
 from __future__ import annotations
 
 import difflib
+import inspect
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, ClassVar
 
 from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
 
 Check = Callable[[str, Any], Any]
+
+
+def default_of(fn: Callable[..., Any], arg: str) -> Any:
+    """``fn``'s default for its argument ``arg``: the default of a field that feeds that argument,
+    read from the library (one source: ``build_x(...)`` without the argument does what the config's
+    default does)."""
+    default = inspect.signature(fn).parameters[arg].default
+    if default is inspect.Parameter.empty:
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)}() has no default for {arg}")
+    return default
 
 
 def knob(default: Any = MISSING, check: Check | None = None, *, resume: bool = False,
@@ -145,6 +156,12 @@ def schema_field(cls: type, name: str):
     return next((f for f in fields(cls) if f.name == name), None)
 
 
-def did_you_mean(key: str, known) -> str:
+def closest(key: str, known) -> str | None:
+    """The name of ``known`` closest to ``key`` (None if none is close)."""
     close = difflib.get_close_matches(key, list(known), n=1)
-    return f"; did you mean {close[0]}?" if close else ""
+    return close[0] if close else None
+
+
+def did_you_mean(key: str, known) -> str:
+    close = closest(key, known)
+    return f"; did you mean {close}?" if close else ""

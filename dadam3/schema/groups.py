@@ -19,11 +19,17 @@ from dataclasses import dataclass, fields, make_dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Iterator, Mapping, Optional
 
+from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
+from dadam3.data.fake import MAX_CHANNELS, MAX_LENGTH, FakeImages as FakeImageSet
+from dadam3.data.gaussians import GaussianRing
+from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
 from dadam3.optim import OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run_logging import WANDB_MODES
-from dadam3.schema.fields import Choice, Int, Num, OptionName, Section, boolean, knob, matrix_rows, schema_field, text
+from dadam3.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
+                                  schema_field, text)
+from dadam3.topology import build_topology
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
@@ -67,22 +73,23 @@ class Images(Dataset):
     root: Optional[str] = knob(DATA_ROOT, text, resume=True)
     download: bool = knob(False, boolean, resume=True)       # torchvision's downloader (needs internet)
     image_size: Optional[int] = knob(None, Int(1, none=True))   # null: the paper's (32 or 64)
-    partition: str = knob("iid", Choice(PARTITIONS))          # iid (the paper) | split | dirichlet
-    alpha: float = knob(0.5, Num(0.0, None, low_open=True))   # dirichlet concentration
+    # iid (the paper) | split | dirichlet
+    partition: str = knob(default_of(NodeSampler, "partition"), Choice(PARTITIONS))
+    alpha: float = knob(default_of(NodeSampler, "alpha"), Num(0.0, None, low_open=True))   # dirichlet concentration
 
 
 @dataclass
 class DecodedImages(Images):
     """Image folders decoded on the fly (celeba, imagenette)."""
     name: str = knob(check=OptionName(("celeba", "imagenette")))
-    workers: int = knob(4, Int(1), resume=True)               # decode threads
+    workers: int = knob(DECODE_WORKERS, Int(0), resume=True)  # decode threads (0: in the loading thread)
 
 
 @dataclass
 class FashionMNIST(Images):
     """Fashion-MNIST: $DADAM3_DATA, else the Debian package's directory; a split to train on."""
     name: str = knob(check=OptionName(("fashion_mnist",)))
-    root: Optional[str] = knob("${oc.env:DADAM3_DATA,/usr/share/datasets/fashion-mnist}", text, resume=True)
+    root: Optional[str] = knob(f"${{oc.env:DADAM3_DATA,{FASHION_MNIST_DEBIAN_ROOT}}}", text, resume=True)
     split: str = knob("train", Choice(("train", "test")))
 
 
@@ -90,20 +97,20 @@ class FashionMNIST(Images):
 class FakeImages(Dataset):
     """Generated images, no files (smoke and speed runs)."""
     name: str = knob(check=OptionName(("fake",)))
-    image_size: Optional[int] = knob(32, Int(1, none=True))
-    channels: int = knob(3, Int(1))
-    length: int = knob(50000, Int(1))
-    partition: str = knob("iid", Choice(PARTITIONS))
-    alpha: float = knob(0.5, Num(0.0, None, low_open=True))
+    image_size: Optional[int] = knob(default_of(FakeImageSet, "image_size"), Int(1, none=True))
+    channels: int = knob(default_of(FakeImageSet, "channels"), Int(1, MAX_CHANNELS))
+    length: int = knob(default_of(FakeImageSet, "length"), Int(1, MAX_LENGTH))
+    partition: str = knob(default_of(NodeSampler, "partition"), Choice(PARTITIONS))
+    alpha: float = knob(default_of(NodeSampler, "alpha"), Num(0.0, None, low_open=True))
 
 
 @dataclass
 class Gaussians(Dataset):
     """The 2-D ring of Gaussians (Metz et al. 2017): an endless source, every node draws from all."""
     name: str = knob(check=OptionName(("gaussians",)))
-    modes: int = knob(8, Int(1))
-    radius: float = knob(2.0, Num(0.0, None, low_open=True))
-    std: float = knob(0.02, Num(0.0, None, low_open=True))
+    modes: int = knob(default_of(GaussianRing, "modes"), Int(1))
+    radius: float = knob(default_of(GaussianRing, "radius"), Num(0.0, None, low_open=True))
+    std: float = knob(default_of(GaussianRing, "std"), Num(0.0, None, low_open=True))
     partition: str = knob("iid", Choice(("iid",)))
 
 
@@ -167,7 +174,7 @@ class Topology(Option):
     """A fixed graph named by ``name`` (ring, star, complete, exponential, one_peer_exponential)."""
     COMMON = ("name", "rounds")
     name: str = knob(check=OptionName(("ring", "star", "complete", "exponential", "one_peer_exponential")))
-    rounds: int = knob(1, Int(1))            # gossip rounds per mixing: the operator is W^t
+    rounds: int = knob(default_of(build_topology, "rounds"), Int(1))   # gossip rounds per mixing: W^t
 
 
 def divisor(key: str, value: Any) -> Any:
@@ -181,23 +188,24 @@ def divisor(key: str, value: Any) -> Any:
 class Torus(Topology):
     name: str = knob(check=OptionName(("torus",)))
     # null: the most square factorisation; build_topology checks it against nodes
-    rows: Optional[Any] = knob(None, divisor)
+    rows: Optional[Any] = knob(default_of(build_topology, "rows"), divisor)
 
 
 @dataclass
 class ErdosRenyi(Topology):
     name: str = knob(check=OptionName(("erdos_renyi",)))
-    p: float = knob(0.5, Num(0.0, 1.0, low_open=True, high_open=False))
-    seed: int = knob(0, Int(0, SEED_MAX))
+    p: float = knob(default_of(build_topology, "p"), Num(0.0, 1.0, low_open=True, high_open=False))
+    seed: int = knob(default_of(build_topology, "seed"), Int(0, SEED_MAX))
 
 
 @dataclass
 class Explicit(Topology):
     """A user-given W: ``matrix=[[...],[...]]`` or ``file=W.npy|.csv|.txt``."""
     name: str = knob(check=OptionName(("explicit",)))
-    matrix: Optional[Any] = knob(None, matrix_rows)
-    file: Optional[str] = knob(None, text)
-    require_symmetric: bool = knob(True, boolean)             # the paper's theory assumes an undirected graph
+    matrix: Optional[Any] = knob(default_of(build_topology, "matrix"), matrix_rows)
+    file: Optional[str] = knob(default_of(build_topology, "file"), text)
+    # the paper's theory assumes an undirected graph
+    require_symmetric: bool = knob(default_of(build_topology, "require_symmetric"), boolean)
 
 
 # ---------------------------------------------------------------- logger

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR
 from dadam3.errors import ConfigError
-from dadam3.schema.fields import did_you_mean, schema_field
+from dadam3.schema.fields import closest, did_you_mean, schema_field
 from dadam3.schema.groups import GROUPS, option_schema
 from dadam3.schema.runs import SyntheticConfig, TrainConfig
 
@@ -168,5 +168,5 @@ def _suggest(part: str, cls: type, names: list[str]) -> str:
     for f in fields(cls):
         if is_dataclass(f.default_factory):
             dotted.update({g.name: f"{f.name}.{g.name}" for g in fields(f.default_factory) if g.name not in dotted})
-    close = did_you_mean(part, dotted)
-    return close and f"; did you mean {dotted[close[len('; did you mean '):-1]]}?"
+    close = closest(part, dotted)
+    return f"; did you mean {dotted[close]}?" if close else ""

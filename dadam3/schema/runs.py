@@ -13,16 +13,18 @@ from typing import Any, ClassVar, Mapping, Optional
 import torch
 from omegaconf import MISSING
 
-from dadam3.distributed.failures import check_timeout
+from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, check_timeout
+from dadam3.distributed.startup import BACKENDS, init_from_env
+from dadam3.divergence import DIVERGE_ABOVE
 from dadam3.errors import ConfigError, named_as
 from dadam3.games.synthetic import SyntheticGame
-from dadam3.metrics.spec import FEATURE_EXTRACTORS
-from dadam3.schema.fields import Choice, Int, Num, Section, boolean, knob, text
+from dadam3.games.synthetic_run import ENGINES, run_synthetic
+from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec
+from dadam3.schema.fields import Choice, Int, Num, Section, boolean, default_of, knob, text
 from dadam3.schema.groups import SEED_MAX
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 THREADS_MAX = 1024
-IS_SPLITS = 10                            # the inception score's splits: at least this many samples
 
 
 def resolve_device(name: Any) -> torch.device:
@@ -48,9 +50,10 @@ def device_name(key: str, value: Any) -> str:
 @dataclass
 class Distributed(Section):
     """placement=distributed only."""
-    backend: str = knob("auto", Choice(("auto", "gloo", "nccl")), resume=True)   # auto: nccl on CUDA, else gloo
+    # auto: nccl on CUDA, else gloo
+    backend: str = knob(default_of(init_from_env, "backend"), Choice(BACKENDS), resume=True)
     # a rank that died or hangs makes the others stop with one line after this long
-    timeout_s: float = knob(300.0, check_timeout, resume=True)
+    timeout_s: float = knob(DEFAULT_TIMEOUT_S, check_timeout, resume=True)
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Metrics(Section):
     kid: bool = knob(False, boolean, resume=True)
     feature_extractor: str = knob("inception", Choice(tuple(FEATURE_EXTRACTORS)), resume=True)
     inception_weights: Optional[str] = knob(None, text, resume=True)   # torch-fidelity's .pth file
-    download_weights: bool = knob(True, boolean, resume=True)
+    download_weights: bool = knob(default_of(FidelitySpec, "download"), boolean, resume=True)
     per_node: bool = knob(True, boolean, resume=True)         # every node as well as the averaged model
     cache_dir: Optional[str] = knob(None, text, resume=True)  # null: $DADAM3_CACHE or ~/.cache/dadam3
 
@@ -100,7 +103,7 @@ class LoopSettings(Section):
     # null: float32 (TF32 on CUDA) | bf16: forward/backward under torch.autocast (state and gossip stay fp32)
     autocast: Optional[str] = knob(None, Choice(("bf16",), none=True), resume=True)
     # a logged loss with |value| beyond this stops the run as diverged (0: off; dadam3.divergence)
-    diverge_above: float = knob(1e6, Num(0.0), resume=True)
+    diverge_above: float = knob(DIVERGE_ABOVE, Num(0.0), resume=True)
     # per node and player, gradients scaled to global norm <= this before the step (0: off; gan/clipping.py)
     clip_grad_norm: float = knob(0.0, Num(0.0), resume=True)
 
@@ -199,8 +202,8 @@ def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
 @dataclass
 class Game(Section):
     """The synthetic game of Section 5.1 (:class:`~dadam3.games.synthetic.SyntheticGame` checks c and k)."""
-    c: float = knob(1010.0)
-    k: float = knob(0.01)
+    c: float = knob(SyntheticGame.c)          # Section 5.1 (the class's defaults)
+    k: float = knob(SyntheticGame.k)
 
     def cross_check(self, prefix: str) -> None:
         with named_as(self.keys(prefix)):
@@ -210,10 +213,11 @@ class Game(Section):
 @dataclass
 class SyntheticConfig(Section):
     """``python -m dadam3.synthetic``."""
-    nodes: int = knob(5, Int(1))
-    iterations: int = knob(10_000_000, Int(1))
-    seed: int = knob(0, Int(0, SEED_MAX))
-    engine: str = knob("numba", Choice(("numba", "torch")))     # numba: the compiled loop, proven equal to torch
+    nodes: int = knob(5, Int(1))                  # Section 5.1: M = 5 nodes on a ring
+    iterations: int = knob(10_000_000, Int(1))    # Section 5.1: N = 10^7
+    seed: int = knob(default_of(run_synthetic, "seed"), Int(0, SEED_MAX))
+    # numba: the compiled loop, proven equal to torch
+    engine: str = knob(default_of(run_synthetic, "engine"), Choice(ENGINES))
     overwrite: bool = knob(False, boolean)                      # replace an earlier run's results in hydra.run.dir
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
