@@ -54,12 +54,12 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
-from dadam3.gan.loop_reference import LoopReference  # noqa: E402
-from dadam3.gan.op_census import ByteCensus, ConvCensus  # noqa: E402
-from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
-from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
-from dadam3.optim import build_optimizer, mixer_for, step_together  # noqa: E402
+from dadam3.cuda_flags import set_cuda_flags
+from dadam3.gan.loop_reference import LoopReference
+from dadam3.gan.op_census import ByteCensus, ConvCensus
+from dadam3.gan.stacked import build_stacked_nets
+from dadam3.gan.wgan_gp import wgan_gp_step
+from dadam3.optim import build_optimizer, mixer_for, step_together
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
 HPARAMS = dict(lr=5e-5, beta1=0.5, beta2=0.999, beta3=0.5)   # Table "Training Parameters"
