@@ -8,8 +8,9 @@ import torch.nn as nn
 
 from dadam3.gan import (StackedNet, VmapNet, build_nets, critic_step, generator_step, stack_nets,
                         wgan_gp_step, wgan_gp_step_loop)
-from dadam3.gan.loop_reference import LoopReference, max_abs_differences
+from dadam3.gan.loop_reference import LoopReference
 from dadam3.optim import build_optimizer, mixer_for
+from stacked_compare import max_abs_differences
 
 M, B, NZ, SAMPLE = 3, 4, 5, (2, 6, 6)
 F64 = torch.float64
