@@ -427,7 +427,7 @@ def main() -> None:
     p.add_argument("--skip-loop", action="store_true", help="do not time the loop reference")
     p.add_argument("--autocast", choices=["bf16"], default=None, help="gradient evaluation under bf16 autocast")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="fuse the optimizer update with torch.compile (auto: on CUDA)")
+                   help="compile the optimizer update with torch.compile (auto: on CUDA)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
     p.add_argument("--channels-last", action="store_true", help="NHWC convolutions (StackedNet.use_channels_last)")
     p.add_argument("--stock-conv-backward", action="store_true",

@@ -70,12 +70,7 @@ import torch
 import torchvision.utils
 from hydra import compose, initialize_config_dir
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
-                                           FakeTensorMode, unset_fake_temporarily)
-
-try:   # torch >= 2.12; older versions (2.11 on the GPU machines) raise a plain RuntimeError
-    from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError
-except ImportError:
-    FakeTensorDeviceMismatchError = RuntimeError
+                                           FakeTensorDeviceMismatchError, FakeTensorMode, unset_fake_temporarily)
 
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
