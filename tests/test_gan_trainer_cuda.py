@@ -47,6 +47,8 @@ Unchecked, and why:
   CUDA RNG states in checkpoints (``torch.cuda`` reports no device); the settings' own check
   (``device=cuda`` is refused without CUDA: the settings are composed for the CPU and their
   ``torch_device`` replaced);
+* pinned host memory: ``Tensor.pin_memory`` needs a driver, so it returns the tensor itself
+  (the optimizers' step scalars are copied to the device from unpinned memory here);
 * host-side state kept as real CPU tensors (sampler and global RNG states) is captured and
   restored outside the fake mode: cloning it under the mode would make fake, empty copies;
 * nets are built outside the fake mode, as real CPU modules (as in a real run), and moved
@@ -185,6 +187,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.autograd, "grad", h.autograd_grad)
     monkeypatch.setattr(RoundTerms, "apply", h.mix_round(RoundTerms.apply))
     monkeypatch.setattr(torchvision.utils, "save_image", h.save_image)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self)   # pinning needs a driver
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
             yield h
