@@ -123,7 +123,7 @@ def _code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
     here = Path(__file__).resolve().parent
     try:
-        run = lambda *a: subprocess.run(["git", "-C", str(here), *a], capture_output=True, text=True,  # noqa: E731
+        run = lambda *a: subprocess.run(["git", "-C", str(here), *a], capture_output=True, text=True,
                                         timeout=10, check=True).stdout.strip()
         commit = run("rev-parse", "HEAD")
         return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")

@@ -26,10 +26,10 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dadam3.errors import ConfigError, check_writable_file  # noqa: E402
+from dadam3.errors import ConfigError, check_writable_file
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 class PlotInputError(ValueError):

@@ -201,11 +201,6 @@ def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
             raise refuse(d, "permission denied (the directory is not writable)")
 
 
-def open_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False) -> RunDir:
-    """Check, then claim, the directory a run writes into (see the module docstring)."""
-    return check_run_dir(run_dir, resume, config, overwrite).commit()
-
-
 _NOTED: dict[str, Any] = {}    # what existed before Hydra made its directory: see note_existing
 
 

@@ -295,9 +295,8 @@ def build_logger(path: str | os.PathLike, *, resume_from_iteration: int | None =
         raise
 
 
-def progress(total: int, initial: int = 0, desc: str | None = None, disable: bool = False,
-             file: Any = None) -> tqdm:
+def progress(total: int, initial: int = 0, desc: str | None = None, disable: bool = False) -> tqdm:
     """A tqdm bar over iterations ``initial..total`` showing it/s and ETA (a resumed run starts at
     ``initial``; its rate counts only iterations done in this process)."""
     return tqdm(total=total, initial=initial, desc=desc, unit="it", dynamic_ncols=True,
-                smoothing=0.05, disable=disable, file=sys.stderr if file is None else file)
+                smoothing=0.05, disable=disable, file=sys.stderr)

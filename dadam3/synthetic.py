@@ -23,7 +23,7 @@ if __name__ == "__main__":          # first: a stop signal while torch, numba an
     from dadam3.signals import during_start_up
     during_start_up()
 
-import csv  # noqa: E402
+import csv
 import json
 import logging
 import os

@@ -26,7 +26,7 @@ if __name__ == "__main__":          # first: a stop signal while torch and Hydra
     if os.environ.get("WORLD_SIZE"):  # a rank: c10d's C++ log (stack frames) says nothing our one line does not
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 
-import logging  # noqa: E402
+import logging
 import sys
 from functools import partial
 from pathlib import Path

@@ -54,12 +54,12 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dadam3.cuda_flags import set_cuda_flags  # noqa: E402
-from dadam3.gan.loop_reference import LoopReference  # noqa: E402
-from dadam3.gan.op_census import ByteCensus, ConvCensus  # noqa: E402
-from dadam3.gan.stacked import build_stacked_nets  # noqa: E402
-from dadam3.gan.wgan_gp import wgan_gp_step  # noqa: E402
-from dadam3.optim import build_optimizer, mixer_for, optimizer_spec, step_together  # noqa: E402
+from dadam3.cuda_flags import set_cuda_flags
+from dadam3.gan.loop_reference import LoopReference
+from dadam3.gan.op_census import ByteCensus, ConvCensus
+from dadam3.gan.stacked import build_stacked_nets
+from dadam3.gan.wgan_gp import wgan_gp_step
+from dadam3.optim import build_optimizer, mixer_for, optimizer_spec, step_together
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
 HPARAMS = optimizer_spec("dadam3").check_hparams({})   # the class's defaults: Table 6 ("Training Parameters")
@@ -427,7 +427,7 @@ def main() -> None:
     p.add_argument("--skip-loop", action="store_true", help="do not time the loop reference")
     p.add_argument("--autocast", choices=["bf16"], default=None, help="gradient evaluation under bf16 autocast")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="fuse the optimizer update with torch.compile (auto: on CUDA)")
+                   help="compile the optimizer update with torch.compile (auto: on CUDA)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-part breakdown")
     p.add_argument("--channels-last", action="store_true", help="NHWC convolutions (StackedNet.use_channels_last)")
     p.add_argument("--stock-conv-backward", action="store_true",

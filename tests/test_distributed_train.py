@@ -55,7 +55,7 @@ def close(a, b):
 
 def assert_same_run(dir_a, dir_b):
     a, b = read_jsonl(dir_a / "metrics.jsonl"), read_jsonl(dir_b / "metrics.jsonl")
-    strip = lambda recs: [{k: v for k, v in r.items() if k != "time"} for r in recs]  # noqa: E731
+    strip = lambda recs: [{k: v for k, v in r.items() if k != "time"} for r in recs]
     assert len(a) == len(b)
     for x, y in zip(strip(a), strip(b)):
         assert close(x, y), (x, y)

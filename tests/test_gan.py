@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from dadam3.errors import ConfigError
 from dadam3.gan import (SequentialNet, StackedNet, build_nets, build_stacked_nets, critic_step,
                         generator_step, wgan_gp_step, wgan_gp_step_loop)
-from dadam3.gan.loop_reference import max_abs_differences, named_tensors, stack_module_tensors
+from stacked_compare import max_abs_differences, named_tensors, stack_module_tensors
 from dadam3.gan.nets import image_size_of
 
 M, B = 3, 4

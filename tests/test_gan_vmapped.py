@@ -8,8 +8,9 @@ import torch.nn as nn
 
 from dadam3.gan import (StackedNet, VmapNet, build_nets, critic_step, generator_step, stack_nets,
                         wgan_gp_step, wgan_gp_step_loop)
-from dadam3.gan.loop_reference import LoopReference, max_abs_differences
+from dadam3.gan.loop_reference import LoopReference
 from dadam3.optim import build_optimizer, mixer_for
+from stacked_compare import max_abs_differences
 
 M, B, NZ, SAMPLE = 3, 4, 5, (2, 6, 6)
 F64 = torch.float64
@@ -193,7 +194,7 @@ def test_dadam3_gossip_steps_equal_loop_reference():
         for key in ("loss_d", "loss_g", "gp", "wasserstein"):
             torch.testing.assert_close(out[key], out_ref[key], rtol=1e-10, atol=1e-12)
         for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-            # as in test_gan_gossip: Dadam3's step g/(√v + δ) turns 1e-17 rounding in an entry
+            # as in test_gan_loop_reference: Dadam3's step g/(√v + δ) turns 1e-17 rounding in an entry
             # |g| ≈ δ into 1e-11 in the next point, so absolute tolerances on the tensor's scale
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
         opt_d.step()

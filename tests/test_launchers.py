@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_slurm_launcher_config_composes():
-    register()                     # the schema nodes in Hydra's ConfigStore (done on import of dadam3.schema)
+    register()                     # the schemas in Hydra's ConfigStore (done on import of dadam3.schema)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", return_hydra_config=True,
                       overrides=["hydra/launcher=slurm_gpus", "placement=distributed", "experiment=fig4_cifar100",

@@ -1,4 +1,4 @@
-"""Issue 26 items 9 and 10: ``resume=DIR`` alone is enough (the run's configuration comes from its
+"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration comes from its
 directory; the printed command is quoted), and a resume never continues silently from a
 damaged state (a deleted log, a torn record at the checkpoint, an empty resume=, an impossible
 iteration, an earlier failed attempt). Each test failed before its fix."""
@@ -22,7 +22,7 @@ from trainer_runs import ROOT, TOY, train
 # ---------------------------------------------------------------- 9: resume=DIR alone
 
 @pytest.mark.parametrize("path", ["/tmp/a b", "/tmp/a,b", "/tmp/it's [1]", '/tmp/q"x', "/tmp/plain_dir-1.x"])
-def test_9_the_continue_command_is_quoted_for_the_shell_and_hydra(path):
+def test_the_continue_command_is_quoted_for_the_shell_and_hydra(path):
     words = shlex.split(resume_command(path))
     assert words[:3] == ["python", "-m", "dadam3.train"] and len(words) == 4
     override = OverridesParser.create().parse_overrides([words[3]])[0]
@@ -30,7 +30,7 @@ def test_9_the_continue_command_is_quoted_for_the_shell_and_hydra(path):
 
 
 @pytest.mark.slow
-def test_9_resume_dir_alone_continues_a_run_made_with_overrides(tmp_path):
+def test_resume_dir_alone_continues_a_run_made_with_overrides(tmp_path):
     run = tmp_path / "a run, with overrides"
     r = run_cli(*FAST, "loop.iterations=3", "dataset.radius=3", "optimizer.lr=1e-3", f'hydra.run.dir="{run}"')
     assert r.returncode == 0, r.stderr[-2000:]
@@ -52,7 +52,7 @@ def test_9_resume_dir_alone_continues_a_run_made_with_overrides(tmp_path):
 
 # ---------------------------------------------------------------- 10: damaged states are not continued silently
 
-def test_10_a_deleted_log_is_refused(tmp_path):
+def test_a_deleted_log_is_refused(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     (run / "metrics.jsonl").unlink()
@@ -61,7 +61,7 @@ def test_10_a_deleted_log_is_refused(tmp_path):
     assert not (run / "metrics.jsonl").exists()
 
 
-def test_10_a_torn_record_at_the_checkpoint_is_named(tmp_path, caplog):
+def test_a_torn_record_at_the_checkpoint_is_named(tmp_path, caplog):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=4"], run)              # checkpoint at 4, on the logging grid
     lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
@@ -77,7 +77,7 @@ def test_10_a_torn_record_at_the_checkpoint_is_named(tmp_path, caplog):
     assert [r["iteration"] for r in read_jsonl(run / "metrics.jsonl") if r["status"] == "running"] == [2, 6]
 
 
-def test_10_an_empty_resume_is_refused(tmp_path):
+def test_an_empty_resume_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         resume(TOY + ["loop.iterations=3", "resume="], tmp_path / "x")
     assert e.value.key == "resume" and "is empty" in str(e.value)
@@ -85,7 +85,7 @@ def test_10_an_empty_resume_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("iteration", [-5, 2.5, "3"])
-def test_10_an_impossible_iteration_is_refused(tmp_path, iteration):
+def test_an_impossible_iteration_is_refused(tmp_path, iteration):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     ckpt = load(checkpoint_path(run))
@@ -95,7 +95,7 @@ def test_10_an_impossible_iteration_is_refused(tmp_path, iteration):
         resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
 
 
-def test_10_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
+def test_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     attempt = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # then the process died
@@ -108,7 +108,7 @@ def test_10_a_failed_resume_attempt_leaves_no_resumed_record(tmp_path):
     assert statuses.count("resumed") == 1 and statuses[-1] == "finished", statuses
 
 
-# ---------------------------------------------------------------- issue 27: backend= is placement= now
+# ---------------------------------------------------------------- the old key backend= is placement= now
 @pytest.mark.slow
 def test_a_checkpoint_and_overrides_of_the_backend_key_still_resume(tmp_path):
     """A run written when ``placement`` was called ``backend``: its checkpoint's config and its

@@ -14,7 +14,7 @@ import pytest
 
 from dadam3.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
 from dadam3.errors import ConfigError
-from dadam3.run_dir import LOCK_FILE, open_run_dir
+from dadam3.run_dir import LOCK_FILE, check_run_dir
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
 from dadam3.train import build_trainer
@@ -218,8 +218,8 @@ def test_a_live_writer_holds_the_directory(tmp_path):
     with open(tmp_path / LOCK_FILE, "a+") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)        # as a running process does
         with pytest.raises(ConfigError, match=r"another run \(pid 4242\) is writing into this directory"):
-            open_run_dir(tmp_path, None, {})
-    rd = open_run_dir(tmp_path, None, {})                               # released: free again
+            check_run_dir(tmp_path, None, {}).commit()
+    rd = check_run_dir(tmp_path, None, {}).commit()                  # released: free again
     assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
     rd.release()
 

@@ -1,4 +1,3 @@
-import io
 import json
 import math
 import os
@@ -121,9 +120,8 @@ def test_multilogger_fans_out(tmp_path):
         == [1.0, 2.0]
 
 
-def test_progress_shows_rate_and_eta_from_resume_point():
-    buf = io.StringIO()
-    bar = progress(total=100, initial=40, file=buf)
+def test_progress_shows_rate_and_eta_from_resume_point(capsys):
+    bar = progress(total=100, initial=40)                   # on stderr, captured
     bar.update(10)
     text = str(bar)
     bar.close()

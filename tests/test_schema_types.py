@@ -1,7 +1,7 @@
 """Typed values in every config group of both entry points: a value of the wrong type (a
 string where a number is expected, a fraction where an integer is, a list or a mapping where a
 scalar is, a number where a name is) is one line naming the key, for every field of every
-schema node and group option, walked from the schema itself (a field added later is covered)."""
+schema section and group option, walked from the schema itself (a field added later is covered)."""
 from __future__ import annotations
 
 import subprocess

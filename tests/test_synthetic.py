@@ -1,87 +1,241 @@
-"""The synthetic game of Section 5.1: its FNE, the compiled kernels against the torch
-optimizers step by step, and the paper's claim at reduced N."""
-import numpy as np
+"""``python -m dadam3.synthetic``: config keys and defaults, metrics.csv, sweeps, and a
+one-line error with non-zero exit for every kind of bad input."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
+from omegaconf import OmegaConf
 
-from dadam3.errors import ConfigError
-from dadam3.games.synthetic import SyntheticGame, log_iterations
-from dadam3.games import synthetic_run
-from dadam3.games.synthetic_run import run_synthetic
-from dadam3.schema import compose, synthetic_settings
+from dadam3.schema import compose
 
-GAME = SyntheticGame(c=1010.0, k=0.01)
-PAPER = dict(lr=1e-2, beta1=0.0, beta2=1 / (1 + 1010.0 ** 2), beta3=0.1)
+from trainer_runs import one_line
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_fne_formula():
-    c, k = 1010.0, 0.01
-    zstar = GAME.fne()
-    np.testing.assert_allclose(zstar, [-(c + 2) / (3 * k ** 2 + 12) * (2 - k), -(c + 2) / (3 * k ** 2 + 12) * (2 + k)])
-    np.testing.assert_allclose(GAME.mean_operator(zstar), 0.0, atol=1e-10)
-    # the mean operator is the expectation of the sampled one: a = c w.p. 1/3, 1 w.p. 2/3
-    z = np.array([0.3, -1.2])
-    a_c = np.array([c + 2 * z[0] + k * z[1], c + 2 * z[1] - k * z[0]])
-    a_1 = np.array([1 + 2 * z[0] + k * z[1], 1 + 2 * z[1] - k * z[0]])
-    np.testing.assert_allclose(GAME.mean_operator(z), a_c / 3 + 2 * a_1 / 3)
-    draws = SyntheticGame.draw(np.random.default_rng(0), 200_000, 5)
-    assert draws.mean() == pytest.approx(1 / 3, abs=3e-3)
+def synthetic(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "dadam3.synthetic", *args], capture_output=True, text=True,
+                          cwd=cwd or ROOT, timeout=300)
 
 
-def test_log_iterations():
-    its = log_iterations(10_000_000)
-    assert 45 <= len(its) <= 51 and its[0] == 1 and its[-1] == 10_000_000
-    assert np.all(np.diff(its) > 0)
-    assert log_iterations(7).tolist() == [1, 2, 3, 4, 5, 6, 7]
+def compose_synthetic(overrides=()):
+    return compose("synthetic", overrides)
 
 
-CASES = [
-    ("dadam3", {**PAPER, "beta1": 0.5, "beta1_decay": 0.999, "lambda0": 1.0}, 5, "ring", 1),
-    ("dadam3", PAPER, 4, "one_peer_exponential", 2),
-    ("cadam3", PAPER, 3, "ring", 1),
-    ("adam3", PAPER, 1, "ring", 1),
-    ("dosg", {"lr": 1e-3}, 6, "torus", 1),
-    ("cosg", {"lr": 1e-3}, 5, "ring", 1),
-    ("oadagrad", {"lr": 1.0, "delta": 1e-3}, 5, "star", 1),
-    ("dp_oadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),
-    ("dadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 6, "exponential", 1),
-    ("dsgd", {"lr": 1e-3}, 5, "ring", 3),
-]
+def test_defaults_are_the_papers():
+    cfg = compose_synthetic()
+    assert cfg.optimizer.name == "dadam3" and cfg.topology.name == "ring"
+    assert cfg.nodes == 5 and cfg.iterations == 10 ** 7 and cfg.seed == 0
+    assert cfg.game.c == 1010 and cfg.game.k == 0.01
+    o = cfg.optimizer
+    assert (o.lr, o.beta1, o.beta3, o.lambda0) == (1e-2, 0.0, 0.1, 0.0)
+    assert o.beta2 == pytest.approx(1 / (1 + 1010 ** 2))
+    assert compose_synthetic(["game.c=10"]).optimizer.beta2 == pytest.approx(1 / 101)
 
 
-@pytest.mark.parametrize("name, hp, nodes, topology, rounds", CASES)
-def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, rounds, monkeypatch):
-    n = 400
-    every = np.arange(1, n + 1)   # log every iteration: e_k and R_k step by step
-    kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
-    ref = run_synthetic(GAME, name, hp, engine="torch", **kw)
-    monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
-    fast = run_synthetic(GAME, name, hp, engine="numba", **kw)
-    np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
-    np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)
-    assert not np.allclose(ref.error, ref.error[0])  # the run moved
+@pytest.mark.parametrize("name", ["adam3", "cadam3", "dadam3", "dosg", "cosg", "oadagrad", "dp_oadam", "dadam",
+                                  "dsgd"])
+def test_every_optimizer_composes_with_every_documented_key(name):
+    cfg = compose_synthetic([f"optimizer={name}", "optimizer.lr=0.5", "nodes=3", "topology=torus",
+                             "iterations=10", "seed=4", "game.c=2", "game.k=0.5"])
+    assert cfg.optimizer.name == name and cfg.optimizer.lr == 0.5
+    assert (cfg.nodes, cfg.iterations, cfg.seed, cfg.game.c, cfg.game.k) == (3, 10, 4, 2, 0.5)
+    OmegaConf.to_container(cfg, resolve=True)
+    if "beta1" in cfg.optimizer:
+        for key in ("beta1", "beta2", "eps"):
+            assert key in cfg.optimizer
 
 
-def test_dadam3_finds_the_fne_and_dp_oadam_does_not():
-    dadam3 = run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=600_000, seed=0)
-    dp_oadam = run_synthetic(GAME, "dp_oadam", {k: v for k, v in PAPER.items() if k != "beta3"}, nodes=5,
-                             iterations=600_000, seed=0)
-    assert dadam3.error[-1] < 1e-2
-    assert dadam3.avg_grad_sq_norm[-1] < 0.1 * dadam3.avg_grad_sq_norm[0]
-    assert dp_oadam.error[-1] > 0.9
-    assert dp_oadam.avg_grad_sq_norm[-1] > 0.9 * dp_oadam.avg_grad_sq_norm[0]
+def test_run_writes_metrics_csv(tmp_path):
+    r = synthetic("iterations=3000", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "metrics.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["iteration", "error", "avg_grad_sq_norm"]
+    its = [int(r[0]) for r in rows[1:]]
+    assert its[0] == 1 and its[-1] == 3000 and len(its) >= 25
+    assert float(rows[-1][1]) < float(rows[1][1])
+    assert (tmp_path / ".hydra" / "config.yaml").is_file()
 
 
-def test_runner_rejects_bad_values():
-    with pytest.raises(ConfigError, match=r"^iterations=0"):
-        run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=0)
-    with pytest.raises(ConfigError, match=r"^c=0.5: must be in \[1, 1e\+100\]"):
-        SyntheticGame(c=0.5)
-    with pytest.raises(ConfigError, match=r"^k=-1"):
-        SyntheticGame(k=-1)
-    with pytest.raises(ConfigError, match=r"^game.k=-1.0: must be in \[0, 1e\+100\]"):   # said in the config's keys
-        synthetic_settings(compose("synthetic", ["game.k=-1"]))
-    with pytest.raises(ConfigError, match=r"^rows=2: must be an integer divisor of nodes=5"):
-        run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=1, topology={"name": "torus", "rows": 2})
-    with pytest.raises(ConfigError, match=r"^nodes=5: optimizer=adam3 is the single-node"):
-        run_synthetic(GAME, "adam3", PAPER, nodes=5, iterations=1)
+def test_multirun_sweep(tmp_path):
+    r = synthetic("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-2,1e-3", "iterations=200",
+                  f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("*/metrics.csv"))) == 4
+
+
+@pytest.mark.parametrize("args, key", [
+    (["optimizer.beta1=1.0"], "optimizer.beta1=1.0: must be in [0, 1)"),
+    (["optimizer.beta3=-0.5"], "optimizer.beta3=-0.5: must be in [0, 1)"),
+    (["optimizer.lr=0"], "optimizer.lr=0: must be in (0, inf)"),
+    (["nodes=0"], "nodes=0: must be an integer >= 1"),
+    (["optimizer=adamw"], "optimizer=adamw: unknown optimizer; allowed: adam3, cadam3"),
+    (["topology=hypercube"], "topology=hypercube: unknown topology; allowed: complete, erdos_renyi"),
+    (["topology=explicit", "nodes=2", "topology.matrix=[[0.5,0.4],[0.5,0.5]]"],
+     "topology.matrix=row 0 sums to 0.9: mixing matrix must be doubly stochastic"),
+    (["optimizer=adam3"], "nodes=5: optimizer=adam3 is the single-node algorithm"),
+    (["backend=torch"], "backend=torch: is now engine: use engine=torch"),
+    (["engine=kernel"], "engine=kernel: unknown value; allowed: numba, torch"),
+])
+def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
+    r = synthetic(*args, "iterations=10", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: " + key), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+
+
+def _files(d):
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
+    """Like the trainer: a directory holding an earlier run's results is refused with one line,
+    nothing in it changed (.hydra/ and the log too); overwrite=true replaces them."""
+    assert synthetic("iterations=200", f"hydra.run.dir={tmp_path}").returncode == 0
+    before = _files(tmp_path)
+    assert {"metrics.csv", "status.json", "synthetic.log", ".hydra/config.yaml"} <= set(before)
+    r = synthetic("iterations=300", "seed=1", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: hydra.run.dir={tmp_path}: holds an earlier run's results (metrics.csv, status.json, synthetic.log); "
+        "choose a new directory, or set overwrite=true to replace them"], r.stderr
+    assert _files(tmp_path) == before
+    r = synthetic("iterations=300", "overwrite=true", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(open(tmp_path / "metrics.csv")))
+    assert rows[-1][0] == "300" and json.loads((tmp_path / "status.json").read_text())["iteration"] == 300
+    assert (tmp_path / "synthetic.log").read_text().count("iterations on 5 nodes") == 1   # the old log replaced
+    assert "overwrite=true" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_a_refused_run_leaves_no_directory_of_its_own(tmp_path):
+    """Hydra makes the run directory before the checks: a refused run removes it again (issue 26
+    item 14), and a directory that existed before is kept."""
+    new = tmp_path / "new" / "run"
+    r = synthetic("optimizer=cadam3", "topology=ring", "iterations=10", f"hydra.run.dir={new}")
+    assert r.returncode == 2 and "topology=ring" in r.stderr
+    assert not new.exists()
+    r = synthetic("optimizer=cadam3", "topology=ring", "iterations=10", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and tmp_path.is_dir()
+
+
+def test_a_training_runs_directory_is_refused_even_with_overwrite(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "status": "running"}\n')
+    r = synthetic("iterations=10", "overwrite=true", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: hydra.run.dir={tmp_path}: holds a training run's files (metrics.jsonl); choose another directory"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+
+
+def test_sweep_runs_every_job_past_a_diverged_one(tmp_path):
+    """A diverged job is recorded and the sweep goes on; one summary line, exit status 1."""
+    r = synthetic("-m", "optimizer=dsgd", "optimizer.lr=10,1e-3", "iterations=500", f"hydra.sweep.dir={tmp_path}",
+                  "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 1, r.stderr
+    jobs = [json.loads(line) for line in (tmp_path / "sweep_status.jsonl").read_text().splitlines()]
+    assert [(j["job"], j["status"], j["exit"]) for j in jobs] == [(0, "diverged", 3), (1, "finished", 0)]
+    assert json.loads((tmp_path / "0" / "status.json").read_text())["status"] == "diverged"
+    assert json.loads((tmp_path / "1" / "status.json").read_text())["status"] == "finished"
+    assert r.stderr.strip().splitlines()[-1].startswith("error: sweep: 1 of 2 jobs did not finish (#0 ")
+    assert "Traceback" not in r.stderr
+
+
+def _start(tmp_path, *args):
+    return subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", *args, f"hydra.run.dir={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def test_sigterm_mid_run_is_143_and_interrupted(tmp_path):
+    p = _start(tmp_path, "iterations=100000000")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "synthetic.log").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert p.returncode == 143 and status["status"] == "interrupted" and status["signal"] == "SIGTERM", err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("stopped: SIGTERM after iteration"), err
+
+
+def test_sigterm_after_the_last_iteration_leaves_a_finished_run_with_exit_0(tmp_path):
+    """The exit status matches status.json: a signal after it says finished does not make it 143."""
+    p = _start(tmp_path, "iterations=100")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "status.json").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert (status["status"], p.returncode) == ("finished", 0), err
+
+
+def test_synthetic_divergence_is_one_line_with_a_status(tmp_path):
+    r = synthetic("optimizer=dsgd", "optimizer.lr=5", "iterations=1000", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 3 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: training diverged: the iterates are not finite after iteration ")
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status["status"] == "diverged" and f"iteration {status['iteration']}" in r.stderr
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "iteration,error,avg_grad_sq_norm" and all("nan" not in row for row in rows)
+
+
+def test_synthetic_huge_c_is_one_line(tmp_path):
+    r = synthetic("game.c=1e200", "iterations=10", f"hydra.run.dir={tmp_path}")
+    assert r.returncode == 2 and r.stderr.strip() == "error: game.c=1e+200: must be in [1, 1e+100]"
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_synthetic_runner_writes_what_it_has(tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.synthetic", "iterations=100000000000", "engine=torch",
+                          f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + 120
+    while not run.exists() and time.time() < deadline:     # Hydra made it: the task starts now
+        time.sleep(0.1)
+    time.sleep(5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130
+    one_line(err.replace("stopped:", "error-stopped:"), "error-stopped: SIGINT after iteration ")
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "interrupted" and status["signal"] == "SIGINT"
+    assert (run / "metrics.csv").read_text().startswith("iteration,error,avg_grad_sq_norm\n")
+
+
+def _fig1_script(tmp_path, *args):
+    env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", "scripts/fig1_synthetic.sh", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_fig1_script_runs_both_methods_and_shows_each_output_whole(tmp_path):
+    r = _fig1_script(tmp_path, "iterations=3000")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert [line.split(" - ")[1].split(":")[0] for line in lines] == ["dadam3", "dp_oadam"], r.stderr
+    for opt in ("dadam3", "dp_oadam"):
+        assert json.loads((tmp_path / opt / "status.json").read_text())["status"] == "finished"
+    assert (tmp_path / "fig1_synthetic.png").stat().st_size > 0
+
+
+def test_fig1_script_fails_with_the_failed_runs_status_and_draws_nothing(tmp_path):
+    """The two runs go side by side: one refused (a key DP-OAdam does not have) makes the script
+    fail with its exit status after the other finished; no figure."""
+    r = _fig1_script(tmp_path, "iterations=3000", "optimizer.beta3=0.2")
+    assert r.returncode == 2, r.stderr
+    assert json.loads((tmp_path / "dadam3" / "status.json").read_text())["status"] == "finished"
+    assert not (tmp_path / "dp_oadam").exists() and not (tmp_path / "fig1_synthetic.png").exists()
+    lines = r.stderr.strip().splitlines()
+    assert " - dadam3: 3000 iterations" in lines[0], r.stderr
+    assert len(lines) == 3 and lines[1].startswith("error: optimizer.beta3=0.2: "), r.stderr
+    assert lines[2] == "fig1_synthetic.sh: optimizer=dp_oadam failed (exit status 2); see its output above"

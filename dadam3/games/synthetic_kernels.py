@@ -10,7 +10,7 @@ own ``scalars``: the functions the torch optimizers run. The rounds and the smal
 inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
 comes at the ~50 logged iterations: a call between compiled functions passes each array with
 an atomic reference count up and down, which at M = 5 cost more than the math (Dadam3 ~475 ns
-per iteration with a call per round and helper, ~225 without). ``tests/test_synthetic.py`` proves the
+per iteration with a call per round and helper, ~225 without). ``tests/test_games_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 

@@ -3,7 +3,7 @@
 Two engines consume the same sample stream and give the same numbers:
 
 * ``torch``: the optimizers of ``dadam3.optim`` on stacked (theta, alpha) tensors, the
-  gradient of f by autograd, alpha in a ``maximize`` group. 0.3-1 ms per iteration.
+  gradient of f by autograd, alpha in a ``maximize`` group. 0.25-0.8 ms per iteration.
 * ``numba``: the compiled loop of :mod:`dadam3.games.synthetic_kernels` around the
   optimizer's own math compiled by numba, proven equal to the torch engine in the
   tests. Under 1 us per iteration (``docs/benchmarks.md``).

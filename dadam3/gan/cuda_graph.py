@@ -110,7 +110,7 @@ class GraphedGradients:
             # thread_local: a data-loading thread's own CUDA calls do not break the capture
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._static_out = self._evaluate()
-        except Exception as e:      # noqa: BLE001 (any capture failure: fall back, say why in one line)
+        except Exception as e:      # any capture failure: fall back, say why in one line
             self._restore(nets_state)
             self._fall_back(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return

@@ -67,7 +67,7 @@ def check_fits(s, world_size: int, device: torch.device) -> None:
     image_shape = dict(channels=1, image_size=s.dataset.image_size) if s.dataset.is_images else {}
     try:
         params, acts = net_costs(s.model.arch, B, dict(s.model.options), image_shape)
-    except Exception:            # noqa: BLE001 -- an estimate never stops a run; the builders say what is wrong
+    except Exception:            # an estimate never stops a run; the builders say what is wrong
         return
     costs = {"nodes": 8 * M * M if device.type == "cpu" else 0, "model": local * params * size * STATE_COPIES,
              "loop.batch_size": local * acts * size}

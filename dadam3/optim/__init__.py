@@ -102,7 +102,7 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
 def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, compile: bool | None = None,
                     start: bool = True, **hparams) -> NodeOptimizer:
     """Build optimizer ``name`` over stacked ``params`` (iterable of tensors or param groups);
-    ``compile``: fuse its update with torch.compile (None: on CUDA); ``start``: call its
+    ``compile``: compile its update with torch.compile (None: on CUDA); ``start``: call its
     ``start()`` (the first gossip round) — pass False to start several together, or to load a
     checkpoint instead."""
     opt = optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, **hparams)

@@ -233,9 +233,7 @@ class NodeOptimizer(torch.optim.Optimizer):
                 continue
             if flat.scalars is None or flat.scalars.numel() != values.numel():
                 flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-            if torch.cuda.is_available() and _has_memory(flat.param_buf):
-                values = values.pin_memory()          # fake tensors (tests without a GPU) cannot be pinned
-            flat.scalars.copy_(values, non_blocking=True)
+            flat.scalars.copy_(values.pin_memory(), non_blocking=True)
 
     def _run_rounds(self, rounds: tuple[Round, ...], k: int) -> Iterator[MixRound]:
         """Each round's phase in every group, then its gossip (step k; 0 for start(), whose

@@ -12,7 +12,7 @@ from dadam3.report.runs import Run
 from dadam3.report.stats import Cell
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 METADATA = {"Software": None}        # no version string: the bytes depend on the runs only
 

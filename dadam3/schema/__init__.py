@@ -7,7 +7,7 @@
   :mod:`dadam3.optim`).
 * Each field declares its default, its check and whether it may change on resume
   (:func:`dadam3.schema.fields.knob`); the YAML files in ``configs/`` name their schema
-  node in ``defaults:`` and set only what is not a default.
+  in ``defaults:`` and set only what is not a default.
 * :func:`train_settings` / :func:`synthetic_settings` turn a composed config into the
   checked, frozen schema objects (the runs' settings); :func:`compose` and
   :func:`check_overrides` refuse an unknown or meaningless key with one line before Hydra
@@ -34,7 +34,7 @@ __all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "train_settings",
 
 
 def register() -> None:
-    """Store every schema node in Hydra's ConfigStore: ``<entry>_schema`` (the primary
+    """Store every schema in Hydra's ConfigStore: ``<entry>_schema`` (the primary
     configs' first default) and ``<group>/schema_<kind>`` (the group options'; an optimizer's
     ``optimizer/schema_<name>`` holds its hyper-parameters at its class's defaults: the YAML names
     the algorithm, the values come from ``HPARAMS`` only)."""
@@ -74,15 +74,15 @@ def _typed(cfg: DictConfig) -> DictConfig:
     optimizer added to the registry with a YAML file of its name and values only)."""
     cfg = cfg.copy()
     for group, (key, options) in GROUPS.items():
-        node = cfg.get(group)
-        if not isinstance(node, DictConfig):
+        section = cfg.get(group)
+        if not isinstance(section, DictConfig):
             continue
-        schema = option_schema(group, node.get(key))
+        schema = option_schema(group, section.get(key))
         if schema is None:
             names = [n for c in options.values() for n in schema_field(c, key).metadata["check"].names]
-            raise ConfigError(f"{group}.{key}", node.get(key), f"unknown {group}; allowed: {', '.join(names)}")
-        if OmegaConf.get_type(node) is not schema:
-            cfg[group] = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(node))
+            raise ConfigError(f"{group}.{key}", section.get(key), f"unknown {group}; allowed: {', '.join(names)}")
+        if OmegaConf.get_type(section) is not schema:
+            cfg[group] = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(section))
     return cfg
 
 

@@ -1,7 +1,7 @@
 """The schemas of the chosen-option groups: ``dataset``, ``model``, ``topology``, ``logger``,
 ``optimizer``.
 
-Each option's YAML file (``configs/<group>/<option>.yaml``) names its schema node in its
+Each option's YAML file (``configs/<group>/<option>.yaml``) names its schema in its
 ``defaults:`` list (``schema_<kind>``, registered in Hydra's ConfigStore by
 :func:`dadam3.schema.register`) and sets only what tells the option apart (its name). A
 key its schema lacks means nothing for that option and is refused. The fields beyond the
@@ -298,7 +298,7 @@ def option_schema(group: str, name: Any) -> type | None:
     return next((cls for cls in options.values() if name in schema_field(cls, key).metadata["check"].names), None)
 
 
-# group -> (the key naming the option, {schema node name: class}); the YAML files name the nodes
+# group -> (the key naming the option, {schema name: class}); the YAML files name the schemas
 GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
     "dataset": ("name", {"schema_images": Images, "schema_decoded_images": DecodedImages,
                          "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages,

@@ -17,7 +17,7 @@ A phase is an ordinary function of one element,
 the round mixes and the new ``own`` and ``state`` (``None``: unchanged). It calls
 ``direction(g, a, *state) -> (D, *new_state)``, the algorithm's math.
 
-The same phase objects run on whole flat ``[n, P]`` tensors (eagerly or fused by
+The same phase objects run on whole flat ``[n, P]`` tensors (eagerly or compiled by
 ``torch.compile``, :mod:`dadam3.optim.base`), one value at a time in numba's pass over the
 flat buffers (:mod:`dadam3.optim.numba_pass`) and in the synthetic game's compiled loop
 (:mod:`dadam3.games.synthetic_kernels`): adding a skeleton is one module here, nothing else.

@@ -47,6 +47,8 @@ Unchecked, and why:
   CUDA RNG states in checkpoints (``torch.cuda`` reports no device); the settings' own check
   (``device=cuda`` is refused without CUDA: the settings are composed for the CPU and their
   ``torch_device`` replaced);
+* pinned host memory: ``Tensor.pin_memory`` needs a driver, so it returns the tensor itself
+  (the optimizers' step scalars are copied to the device from unpinned memory here);
 * host-side state kept as real CPU tensors (sampler and global RNG states) is captured and
   restored outside the fake mode: cloning it under the mode would make fake, empty copies;
 * nets are built outside the fake mode, as real CPU modules (as in a real run), and moved
@@ -70,12 +72,7 @@ import torch
 import torchvision.utils
 from hydra import compose, initialize_config_dir
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
-                                           FakeTensorMode, unset_fake_temporarily)
-
-try:   # torch >= 2.12; older versions (2.11 on the GPU machines) raise a plain RuntimeError
-    from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError
-except ImportError:
-    FakeTensorDeviceMismatchError = RuntimeError
+                                           FakeTensorDeviceMismatchError, FakeTensorMode, unset_fake_temporarily)
 
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
@@ -190,6 +187,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.autograd, "grad", h.autograd_grad)
     monkeypatch.setattr(RoundTerms, "apply", h.mix_round(RoundTerms.apply))
     monkeypatch.setattr(torchvision.utils, "save_image", h.save_image)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *a, **k: self)   # pinning needs a driver
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
             yield h

@@ -1,0 +1,87 @@
+"""The synthetic game of Section 5.1: its FNE, the compiled kernels against the torch
+optimizers step by step, and the paper's claim at reduced N."""
+import numpy as np
+import pytest
+
+from dadam3.errors import ConfigError
+from dadam3.games.synthetic import SyntheticGame, log_iterations
+from dadam3.games import synthetic_run
+from dadam3.games.synthetic_run import run_synthetic
+from dadam3.schema import compose, synthetic_settings
+
+GAME = SyntheticGame(c=1010.0, k=0.01)
+PAPER = dict(lr=1e-2, beta1=0.0, beta2=1 / (1 + 1010.0 ** 2), beta3=0.1)
+
+
+def test_fne_formula():
+    c, k = 1010.0, 0.01
+    zstar = GAME.fne()
+    np.testing.assert_allclose(zstar, [-(c + 2) / (3 * k ** 2 + 12) * (2 - k), -(c + 2) / (3 * k ** 2 + 12) * (2 + k)])
+    np.testing.assert_allclose(GAME.mean_operator(zstar), 0.0, atol=1e-10)
+    # the mean operator is the expectation of the sampled one: a = c w.p. 1/3, 1 w.p. 2/3
+    z = np.array([0.3, -1.2])
+    a_c = np.array([c + 2 * z[0] + k * z[1], c + 2 * z[1] - k * z[0]])
+    a_1 = np.array([1 + 2 * z[0] + k * z[1], 1 + 2 * z[1] - k * z[0]])
+    np.testing.assert_allclose(GAME.mean_operator(z), a_c / 3 + 2 * a_1 / 3)
+    draws = SyntheticGame.draw(np.random.default_rng(0), 200_000, 5)
+    assert draws.mean() == pytest.approx(1 / 3, abs=3e-3)
+
+
+def test_log_iterations():
+    its = log_iterations(10_000_000)
+    assert 45 <= len(its) <= 51 and its[0] == 1 and its[-1] == 10_000_000
+    assert np.all(np.diff(its) > 0)
+    assert log_iterations(7).tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+CASES = [
+    ("dadam3", {**PAPER, "beta1": 0.5, "beta1_decay": 0.999, "lambda0": 1.0}, 5, "ring", 1),
+    ("dadam3", PAPER, 4, "one_peer_exponential", 2),
+    ("cadam3", PAPER, 3, "ring", 1),
+    ("adam3", PAPER, 1, "ring", 1),
+    ("dosg", {"lr": 1e-3}, 6, "torus", 1),
+    ("cosg", {"lr": 1e-3}, 5, "ring", 1),
+    ("oadagrad", {"lr": 1.0, "delta": 1e-3}, 5, "star", 1),
+    ("dp_oadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),
+    ("dadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 6, "exponential", 1),
+    ("dsgd", {"lr": 1e-3}, 5, "ring", 3),
+]
+
+
+@pytest.mark.parametrize("name, hp, nodes, topology, rounds", CASES)
+def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, rounds, monkeypatch):
+    n = 400
+    every = np.arange(1, n + 1)   # log every iteration: e_k and R_k step by step
+    kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
+    ref = run_synthetic(GAME, name, hp, engine="torch", **kw)
+    monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
+    fast = run_synthetic(GAME, name, hp, engine="numba", **kw)
+    np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
+    np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)
+    assert not np.allclose(ref.error, ref.error[0])  # the run moved
+
+
+def test_dadam3_finds_the_fne_and_dp_oadam_does_not():
+    dadam3 = run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=600_000, seed=0)
+    dp_oadam = run_synthetic(GAME, "dp_oadam", {k: v for k, v in PAPER.items() if k != "beta3"}, nodes=5,
+                             iterations=600_000, seed=0)
+    assert dadam3.error[-1] < 1e-2
+    assert dadam3.avg_grad_sq_norm[-1] < 0.1 * dadam3.avg_grad_sq_norm[0]
+    assert dp_oadam.error[-1] > 0.9
+    assert dp_oadam.avg_grad_sq_norm[-1] > 0.9 * dp_oadam.avg_grad_sq_norm[0]
+
+
+def test_runner_rejects_bad_values():
+    with pytest.raises(ConfigError, match=r"^iterations=0"):
+        run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=0)
+    with pytest.raises(ConfigError, match=r"^c=0.5: must be in \[1, 1e\+100\]"):
+        SyntheticGame(c=0.5)
+    with pytest.raises(ConfigError, match=r"^k=-1"):
+        SyntheticGame(k=-1)
+    with pytest.raises(ConfigError, match=r"^game.k=-1.0: must be in \[0, 1e\+100\]"):   # said in the config's keys
+        synthetic_settings(compose("synthetic", ["game.k=-1"]))
+    with pytest.raises(ConfigError, match=r"^rows=2: must be an integer divisor of nodes=5"):
+        run_synthetic(GAME, "dadam3", PAPER, nodes=5, iterations=1, topology={"name": "torus", "rows": 2})
+    with pytest.raises(ConfigError, match=r"^nodes=5: optimizer=adam3 is the single-node"):
+        run_synthetic(GAME, "adam3", PAPER, nodes=5, iterations=1)
