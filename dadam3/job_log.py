@@ -123,8 +123,10 @@ def _code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
     here = Path(__file__).resolve().parent
     try:
-        run = lambda *a: subprocess.run(["git", "-C", str(here), *a], capture_output=True, text=True,
-                                        timeout=10, check=True).stdout.strip()
+        # --no-optional-locks: git status must not take the user's index lock (a run stopped
+        # mid-call would leave .git/index.lock behind)
+        run = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", str(here), *a], capture_output=True,
+                                        text=True, timeout=10, check=True).stdout.strip()
         commit = run("rev-parse", "HEAD")
         return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.SubprocessError):
