@@ -26,7 +26,7 @@ def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
     failed stops every rank alike (one line, the ``interrupted`` record)."""
     cfg = resumed_config(cfg)
     s = train_settings(cfg)
-    trainer = build_trainer(s, run_dir, dir_named())
+    trainer = build_trainer(s, run_dir, _dir_named())
     job_log.attach(trainer.run_dir / JOB_LOG)
     trainer.stop_if_write_failed(_write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main
                                  else None)
@@ -51,7 +51,7 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
         raise config_error(e) from None
 
 
-def dir_named() -> bool:
+def _dir_named() -> bool:
     """Whether the command line named the run's directory (hydra.run.dir, or a sweep's hydra.sweep.dir)."""
     if not HydraConfig.initialized():
         return False

@@ -1,14 +1,16 @@
 """Comparing a node-stacked net with the M ordinary modules it was built from (or that
-:class:`dadam3.gan.loop_reference.LoopReference` trains): their tensors by name, and the largest
-difference per tensor."""
+:class:`dadam3.gan.loop_reference.LoopReference` trains): their tensors by name, the largest
+difference per tensor, and steps of the batched WGAN-GP iteration against the loop's."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn as nn
 
+from dadam3.gan.loop_reference import LoopReference
 from dadam3.gan.stacked import StackedNet
+from dadam3.gan.wgan_gp import wgan_gp_step
 
 
 def named_tensors(net: nn.Module, kind: str = "params") -> dict[str, torch.Tensor]:
@@ -45,3 +47,27 @@ def max_abs_differences(stacked: StackedNet, nets: Sequence[nn.Module],
                 out[f"{kind}:{name}"] = (a[name].double() - b[name].double()).abs().max().item() \
                     if a[name].numel() else 0.0
     return out
+
+
+def assert_steps_match_loop(G: StackedNet, D: StackedNet, opt_g, opt_d, ref: LoopReference,
+                            batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+    """For each ``(real, z, eps)``: the batched step's losses and gradients equal the loop
+    reference's, then both sides' optimizers step; at the end their parameters are equal (float64).
+
+    Absolute tolerances on each tensor's scale: the stacked instance norm (group_norm) sums in
+    another order than nn.InstanceNorm2d (1e-16 relative), and a first step such as OAdagrad's
+    D = g / (|g| + delta) or Dadam3's g / (sqrt(v) + delta) turns that into 1e-11 for entries
+    |g| of the order of delta after 2 steps."""
+    for real, z, eps in batches:
+        out, out_ref = wgan_gp_step(G, D, real, z, eps), ref.gradients(real, z, eps)
+        for key in ("loss_d", "loss_g", "gp", "wasserstein"):
+            torch.testing.assert_close(out[key], out_ref[key], rtol=1e-10, atol=1e-12)
+        for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
+        opt_d.step()
+        opt_g.step()
+        ref.opt_d.step()
+        ref.opt_g.step()
+    ref._load()
+    for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
+        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))

@@ -4,9 +4,10 @@ penalty, gradients, BatchNorm running statistics and parameters after several st
 import pytest
 import torch
 
-from dadam3.gan import build_stacked_nets, wgan_gp_step
+from dadam3.gan import build_stacked_nets
 from dadam3.gan.loop_reference import LoopReference
 from dadam3.optim import build_optimizer, mixer_for
+from stacked_compare import assert_steps_match_loop
 
 M, B = 3, 4
 
@@ -28,26 +29,13 @@ def test_batched_step_equals_loop_reference_after_gossip_steps(optimizer, topolo
     opt_d = build_optimizer(optimizer, D.parameters(), mixer, **hp)
     gen = torch.Generator().manual_seed(1)
     sample_shape = (2,) if arch == "mlp" else (3, 32 if arch == "dcgan32" else 64, 32 if arch == "dcgan32" else 64)
-    for _ in range(3):
-        real = torch.rand(M, B, *sample_shape, generator=gen, dtype=torch.float64) * 2 - 1
-        z = torch.randn(M, B, G.in_shape[0], generator=gen, dtype=torch.float64)
-        eps = torch.rand(M, B, generator=gen, dtype=torch.float64)
-        out = wgan_gp_step(G, D, real, z, eps)
-        out_ref = ref.gradients(real, z, eps)
-        for key in ("loss_d", "loss_g", "gp", "wasserstein"):
-            torch.testing.assert_close(out[key], out_ref[key], rtol=1e-10, atol=1e-12)
-        for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-            # absolute tolerance on the tensor's scale: the stacked instance norm (group_norm) sums
-            # in another order than nn.InstanceNorm2d (1e-16 relative), and OAdagrad's first step
-            # D = g / (|g| + delta) amplifies that for near-zero entries of g (1e-11 after 2 steps)
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
-        opt_d.step()
-        opt_g.step()
-        ref.opt_d.step()
-        ref.opt_g.step()
-    ref._load()
-    for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))   # as above
+
+    def batches():
+        for _ in range(3):
+            real = torch.rand(M, B, *sample_shape, generator=gen, dtype=torch.float64) * 2 - 1
+            z = torch.randn(M, B, G.in_shape[0], generator=gen, dtype=torch.float64)
+            yield real, z, torch.rand(M, B, generator=gen, dtype=torch.float64)
+    assert_steps_match_loop(G, D, opt_g, opt_d, ref, batches())
     loop_buffers = {name: torch.stack([dict(g.named_buffers())[name] for g in ref.Gs])
                     for name, _ in ref.Gs[0].named_buffers()}
     for name, buf in G.named_buffers():

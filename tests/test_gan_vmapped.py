@@ -10,7 +10,7 @@ from dadam3.gan import (StackedNet, VmapNet, build_nets, critic_step, generator_
                         wgan_gp_step, wgan_gp_step_loop)
 from dadam3.gan.loop_reference import LoopReference
 from dadam3.optim import build_optimizer, mixer_for
-from stacked_compare import max_abs_differences
+from stacked_compare import assert_steps_match_loop, max_abs_differences
 
 M, B, NZ, SAMPLE = 3, 4, 5, (2, 6, 6)
 F64 = torch.float64
@@ -188,22 +188,7 @@ def test_dadam3_gossip_steps_equal_loop_reference():
     # the optimizers made every parameter a strided view of their flat [M, P] buffer
     assert not all(p.is_contiguous() for p in D.parameters())
     start = {k: v.clone() for k, v in D.state_dict().items()}
-    for k in range(3):
-        real, z, eps = draw(20 + k)
-        out, out_ref = wgan_gp_step(G, D, real, z, eps), ref.gradients(real, z, eps)
-        for key in ("loss_d", "loss_g", "gp", "wasserstein"):
-            torch.testing.assert_close(out[key], out_ref[key], rtol=1e-10, atol=1e-12)
-        for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-            # as in test_gan_loop_reference: Dadam3's step g/(√v + δ) turns 1e-17 rounding in an entry
-            # |g| ≈ δ into 1e-11 in the next point, so absolute tolerances on the tensor's scale
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
-        opt_d.step()
-        opt_g.step()
-        ref.opt_d.step()
-        ref.opt_g.step()
-    ref._load()
-    for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
-        torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))
+    assert_steps_match_loop(G, D, opt_g, opt_d, ref, (draw(20 + k) for k in range(3)))
     assert_match(G, ref.Gs, ("buffers",), tol=1e-10)
     assert not torch.allclose(D.state_dict()["head.weight"], start["head.weight"])    # it moved
 
