@@ -11,6 +11,10 @@ rows ``C`` it holds after the exchange) evaluate the same expression in the same
 each node, so their results agree bit for bit in every dtype, whatever the number of ranks.
 A BLAS matmul does not promise this: its blocking (and so its rounding) depends on the
 shape of the whole product, e.g. on how many rows a rank holds.
+
+Kernels: on the CPU one compiled numba loop (:func:`_ordered_rows`); on CUDA one Triton kernel
+per buffer and round (:mod:`dadam3.ordered_mix_triton`, no fused multiply-add: the same bits);
+elsewhere, under autograd, or without Triton, the torch ops of :meth:`RoundTerms.apply`.
 """
 from __future__ import annotations
 
@@ -19,6 +23,19 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dadam3.numba_cache import njit_cached
+
+_TRITON: list = []
+
+
+def _triton_kernel():
+    """:mod:`dadam3.ordered_mix_triton`, imported on first use; None where Triton is missing."""
+    if not _TRITON:
+        try:
+            from dadam3 import ordered_mix_triton
+        except ImportError:          # Triton ships with torch's Linux CUDA wheels only
+            ordered_mix_triton = None
+        _TRITON.append(ordered_mix_triton)
+    return _TRITON[0]
 
 
 def _ordered_rows(x, index, weight, out):     # pragma: no cover - compiled
@@ -78,12 +95,24 @@ class RoundTerms:
                 and out.dtype == x.dtype and x.dim() == 2 and x.is_contiguous() and out.is_contiguous()
                 and not (x.requires_grad or out.requires_grad) and _get_current_dispatch_mode() is None)
 
+    @staticmethod
+    def _triton_pass(x: torch.Tensor, out: torch.Tensor):
+        """The Triton module where its one-kernel pass applies (CUDA tensors, no autograd; under
+        a dispatch mode too: it is one custom op), else None."""
+        if x.device.type != "cuda" or x.requires_grad or out.requires_grad:
+            return None
+        kernel = _triton_kernel()
+        return kernel if kernel is not None and kernel.supports(x, out) else None
+
     def apply(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``out[i] = sum_t weight[i, t] * x[index[i, t]]`` in ``t`` order; ``x`` is
         ``[rows, n]``, ``out`` ``[L, n]`` and must not overlap ``x``."""
         index, weight = self.on(x.device, x.dtype)            # cached per device and dtype
         if self._compiled_pass(x, out):
             _ordered_rows(x.numpy(), index.numpy(), weight.numpy(), out.numpy())
+            return out
+        if self._triton_pass(x, out) is not None:
+            torch.ops.dadam3.ordered_round(x, index, weight, out)
             return out
         torch.mul(x.index_select(0, index[:, 0]), weight[:, :1], out=out)
         for t in range(1, index.shape[1]):

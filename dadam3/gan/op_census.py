@@ -49,9 +49,10 @@ def _tensor_bytes(tree) -> int:
 class ByteCensus(TorchDispatchMode):
     """Bytes each dispatched op reads (its tensor arguments) plus writes (its tensor results),
     summed in ``bytes`` (an ``out=`` argument counts as written, not read; an in-place op's
-    target as read and written); ``ops`` counts the ops. Views move nothing and are not
-    counted. The memory traffic of memory-bound code such as the gossip, assuming no
-    operand stays in cache."""
+    target as read and written); ``ops`` counts the ops. Views, metadata queries
+    (``prim.device``, which fake tensors dispatch) and allocations (``empty_like``: no
+    kernel) move nothing and are not counted. The memory traffic of memory-bound code such
+    as the gossip, assuming no operand stays in cache."""
 
     def __init__(self):
         super().__init__()
@@ -68,6 +69,12 @@ class ByteCensus(TorchDispatchMode):
         return out
 
 
+_ALLOCATIONS = {torch.ops.aten.empty_like.default, torch.ops.aten.empty.memory_format,
+                torch.ops.aten.empty_strided.default}
+
+
 def _is_view(func) -> bool:
+    if func.namespace == "prim" or func in _ALLOCATIONS:
+        return True
     schema = func._schema
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
