@@ -114,6 +114,12 @@ class RoundTerms:
         if self._triton_pass(x, out) is not None:
             torch.ops.dadam3.ordered_round(x, index, weight, out)
             return out
+        return self.apply_torch_ops(x, out)
+
+    def apply_torch_ops(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`apply` as torch ops (an ``index_select``, a ``mul`` and an ``add`` per term):
+        any device, autograd, dispatch modes; the reference of the compiled kernels."""
+        index, weight = self.on(x.device, x.dtype)
         torch.mul(x.index_select(0, index[:, 0]), weight[:, :1], out=out)
         for t in range(1, index.shape[1]):
             out.add_(x.index_select(0, index[:, t]).mul_(weight[:, t:t + 1]))
