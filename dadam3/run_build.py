@@ -23,6 +23,7 @@ from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
 from dadam3.errors import ConfigError, named_as
+from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.memory import check_fits
 from dadam3.gan.own_nets import build_net, stack_own_nets
 from dadam3.gan.records import Records
@@ -128,6 +129,8 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
     channels_last = s.cuda.channels_last and device.type == "cuda"
     G, D = build_nets(s, len(where.placement.block), dataset.shape, nets, channels_last)
     G, D = G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
+    if s.cuda.autotune_layers and device.type == "cuda":       # each convolution's layout by measurement
+        autotune_pair(G, D, s.loop.batch_size, autocast=s.loop.autocast == "bf16")
     compiled = None if s.cuda.compile_step else False      # None: compiled on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, **o.hparams)

@@ -106,7 +106,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(device) if cuda else 'cpu'}, "
           f"dcgan32 width {width}: P = {sizes[0]} (G) + {sizes[1]} (D) per node, float32, {a.topology}, one round; "
           f"copy rate {rate / 1e9:.0f} GB/s")
-    print("| M | kernel | kernels per mix | ops per mix (census) | census bytes / floor | ms per mix | x floor (time) |")
+    print("| M | kernel | kernels per mix | ops per mix (census) | census bytes / floor | ms per mix "
+          "| x floor (time) |")
     print("|---|---|---|---|---|---|---|")
     for M in a.nodes:
         mixer = LocalMixer(build_topology(a.topology, M, 1))

@@ -64,6 +64,8 @@ class Cuda(Section):
     compile_step: bool = knob(True, boolean, resume=True)     # the optimizer update compiled (torch.compile) on CUDA
     channels_last: bool = knob(False, boolean, resume=True)   # NHWC convolutions
     graphs: bool = knob(False, boolean, resume=True)          # gradient evaluation as a replayed CUDA graph
+    # each stacked convolution's layout (grouped NCHW / NHWC, unfold+bmm) timed at start-up, per layer
+    autotune_layers: bool = knob(False, boolean, resume=True)
 
 
 @dataclass
