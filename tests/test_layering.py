@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
     ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.ordered_mix_triton", "dadam3.mixing",
-                       "dadam3.distributed", "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.", "dadam3.run_logging",
-                       "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
+                       "dadam3.distributed", "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.",
+                       "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
     ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
                     "dadam3.games", "dadam3.metrics", "dadam3.metrics.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
