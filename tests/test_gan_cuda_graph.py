@@ -3,6 +3,7 @@ back with one line where it cannot capture, and a training run reads nothing on 
 logging points."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dadam3.errors import ConfigError
-from dadam3.gan.cuda_graph import GraphedGradients, capture_obstacle
+from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, capture_obstacle, iteration_obstacle
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.trainer import RunOutputs, WGANTrainer
 from dadam3.run_build import build_trainer
@@ -165,3 +166,65 @@ def test_static_buffer_path_under_bf16_autocast_agrees_with_the_normal_path():
     for p, q in zip([*G.parameters(), *D.parameters()], [*G2.parameters(), *D2.parameters()]):
         assert q.grad.dtype == torch.float32
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-6, atol=1e-6)
+
+
+# ---- the whole iteration (issue 34 point 2) -------------------------------------------------------
+
+def _trainer(tmp_path, name, overrides):
+    return build_trainer(train_settings(config(TOY + ["nodes=3", "dtype=float64", *overrides])), tmp_path / name)
+
+
+def _opt_state(t):
+    return [t.clone() for opt in (t.opt_d, t.opt_g) for flat in opt.flat
+            for t in (flat.param_buf, *flat.state.values())]
+
+
+@pytest.mark.parametrize("overrides", [["optimizer.beta1_decay=0.9"],          # step scalars that change with k
+                                       ["optimizer=dosg", "topology.rounds=2", "loop.clip_grad_norm=0.5"]])
+def test_emulated_iteration_graph_equals_the_plain_iteration(tmp_path, overrides):
+    """The captured iteration's logic on the CPU: :class:`IterationGraph` with ``emulate=True``
+    warms up on the real state (then restored), "captures" with the host's effects undone, and
+    per iteration does what a replay cannot — the step counters, the step scalars written
+    before the replay, the byte counts. Outputs, parameters, optimizer state, step counters and
+    byte counts equal the plain iterations' bit for bit, and the replays read no tensor value
+    on the host."""
+    plain, graphed = _trainer(tmp_path, "plain", overrides), _trainer(tmp_path, "graphed", overrides)
+    g = graphed
+    graph = IterationGraph(g._iteration, g._draw, (g.G, g.D), (g.opt_d, g.opt_g), g.state.mixer, emulate=True)
+    g.iteration_graph = graph
+    for step in range(4):
+        reads = HostReads()
+        with reads if step else contextlib.nullcontext():
+            got = g.train_step()
+        want = plain.train_step()
+        assert graph.reason is None and (step == 0 or reads.count == 0), (graph.reason, reads.count)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), step
+        assert all(torch.equal(a, b) for a, b in zip(_opt_state(g), _opt_state(plain))), step
+        assert [o.k for o in (g.opt_d, g.opt_g)] == [o.k for o in (plain.opt_d, plain.opt_g)] == [step + 1] * 2
+        assert (g.state.mixer.bytes_sent == plain.state.mixer.bytes_sent).all()
+
+
+def test_iteration_graph_needs_a_static_local_gossip():
+    from dadam3.mixing import LocalMixer
+    from dadam3.topology import build_topology
+    assert iteration_obstacle(LocalMixer(build_topology("ring", 4))) is None and iteration_obstacle(None) is None
+    said = iteration_obstacle(LocalMixer(build_topology("one_peer_exponential", 4)))
+    assert said == "the topology is time-varying (each step mixes with another matrix)"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_iteration_graph_replay_equals_eager(tmp_path):
+    """On a GPU: the captured iteration (gradients, both Dadam3 steps, the Triton gossip)
+    replayed against the eager iterations, float32, TF32 off."""
+    cuda = ["device=cuda", "dtype=float32", "optimizer.beta1_decay=0.9", "cuda.tf32=false"]
+    plain = build_trainer(train_settings(config(TOY + ["nodes=3", *cuda])), tmp_path / "plain")
+    t = build_trainer(train_settings(config(TOY + ["nodes=3", *cuda, "cuda.graphs=true"])), tmp_path / "graphed")
+    assert t.iteration_graph is not None
+    for step in range(4):
+        got, want = t.train_step(), plain.train_step()
+        assert t.iteration_graph.reason is None and t.iteration_graph.graph is not None
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=f"{step} {k}")
+        for a, b in zip(_opt_state(t), _opt_state(plain)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=str(step))
+    assert (t.state.mixer.bytes_sent == plain.state.mixer.bytes_sent).all()

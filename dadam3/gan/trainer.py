@@ -38,7 +38,7 @@ from dadam3.distributed.placement import Placement
 from dadam3.divergence import loss_beyond
 from dadam3.errors import StoppedAtOnce, WriteFailed
 from dadam3.gan.clipping import clip_node_grads_
-from dadam3.gan.cuda_graph import GraphedGradients
+from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.records import Records, gathered_net
 from dadam3.gan.samples import SampleGrids
@@ -63,7 +63,7 @@ class RunContext:
     placement: Placement
     lock: Any = None                      # the run directory (dadam3.run_dir.RunDir), released at the end
     full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
-    graphs: bool = False                  # cuda.graphs: the gradient evaluation as a replayed CUDA graph
+    graphs: bool = False                  # cuda.graphs: the iteration as a replayed CUDA graph
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,13 @@ class WGANTrainer(RunStops):
         self.run_dir, self.placement, self.device, self.dtype = Path(run.run_dir), run.placement, run.device, run.dtype
         self.nz, self.M = state.G.in_shape[0], state.G.num_nodes
         self.finite = FinitenessWatch(list(state.block), self.placement)
+        # cuda.graphs: the whole simultaneous iteration as one graph where the gossip allows it,
+        # else the gradient evaluation alone (the alternating form: eager)
+        whole = run.graphs and settings.n_critic == 1 and iteration_obstacle(state.mixer) is None
+        self.iteration_graph = (IterationGraph(self._iteration, self._draw, (state.G, state.D),
+                                               (state.opt_d, state.opt_g), state.mixer) if whole else None)
         self.graph = (GraphedGradients(state.G, state.D, self._draw, settings.gp_lambda, settings.autocast == "bf16")
-                      if run.graphs else None)
+                      if run.graphs and not whole else None)
 
     # the players, read from the state
     G = property(lambda self: self.state.G)
@@ -106,13 +111,23 @@ class WGANTrainer(RunStops):
         k = self.state.iteration + 1
         if self.s.n_critic > 1:
             out = self._alternating_step(k)
-        else:
-            out = self._gradients()                     # [grad_theta L_G, grad_alpha L_D] at Z_k
+        else:                                           # cuda.graphs: one replayed graph, else eagerly
+            out = self.iteration_graph() if self.iteration_graph is not None else self._iteration()
             self.finite.note(out, k)                    # the losses' finiteness, noted on the device
-            out["operator_norm"] = self._operator_norm()
-            self._clip(self.D, self.G)
-            step_together([self.opt_d, self.opt_g])     # both players' step, one gossip exchange per round: Z_{k+1}
         self.state.window.add(out)                      # the records
+        return out
+
+    def _iteration(self, inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The simultaneous iteration's device work, on ``inputs`` (real, z, eps: the graph's
+        static buffers) or this iteration's draw: what :class:`IterationGraph` captures."""
+        if inputs is None:
+            out = self._gradients()                     # [grad_theta L_G, grad_alpha L_D] at Z_k
+        else:
+            with self._autocast(cache=False):           # capture needs autocast's weight-cast cache off
+                out = wgan_gp_step(self.G, self.D, *inputs, gp_lambda=self.s.gp_lambda)
+        out["operator_norm"] = self._operator_norm()
+        self._clip(self.D, self.G)
+        step_together([self.opt_d, self.opt_g])         # both players' step, one gossip exchange per round: Z_{k+1}
         return out
 
     def _gradients(self) -> dict[str, torch.Tensor]:
@@ -148,8 +163,9 @@ class WGANTrainer(RunStops):
         real = self.sampler.next_batch().to(self.dtype)
         return real, noise.normal(B, self.nz, dtype=self.dtype), noise.uniform(B, dtype=self.dtype)
 
-    def _autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16")
+    def _autocast(self, cache: bool = True):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16",
+                              cache_enabled=cache)
 
     def _clip(self, *nets: StackedNet) -> None:
         """``loop.clip_grad_norm`` (0: off): each node's gradients of each player to norm <= the bound."""

@@ -104,6 +104,7 @@ class NodeOptimizer(torch.optim.Optimizer):
     OWN: ClassVar[tuple[str, ...]] = ()
     START: ClassVar[tuple[Round, ...]] = ()
     ROUNDS: ClassVar[tuple[Round, ...]] = ()
+    scalars_written_by_caller = False      # True while a CUDA graph of the step is captured / replayed
     Hyper: ClassVar[type]
 
     def __init_subclass__(cls, **kwargs):
@@ -237,8 +238,10 @@ class NodeOptimizer(torch.optim.Optimizer):
 
     def _run_rounds(self, rounds: tuple[Round, ...], k: int) -> Iterator[MixRound]:
         """Each round's phase in every group, then its gossip (step k; 0 for start(), whose
-        phases read no scalars: they get step 1's)."""
-        self._write_scalars(max(k, 1))
+        phases read no scalars: they get step 1's). ``scalars_written_by_caller``: a captured CUDA
+        graph of the step (:class:`dadam3.gan.cuda_graph.IterationGraph`) writes them before each replay."""
+        if not self.scalars_written_by_caller:
+            self._write_scalars(max(k, 1))
         for rnd in rounds:
             for flat in self.flat:
                 self._update(rnd, flat.grad_buf, flat.scalars, flat.param_buf, flat.work,
