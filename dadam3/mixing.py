@@ -107,7 +107,8 @@ class LocalMixer(Mixer):
 
     ``kernel``: ``"ordered"`` (the default: t rounds, each in the fixed order of
     :class:`dadam3.ordered_mix.RoundTerms`, the order every rank uses, so float32 results do
-    not depend on the number of processes; one compiled pass over each buffer on the CPU),
+    not depend on the number of processes; one compiled pass over each buffer and round: numba
+    on the CPU, Triton on CUDA),
     ``"matmul"`` (the reference: one matmul by W^t per tensor), ``"stencil"`` (a sum over the
     cyclic shifts W uses; compiled by ``torch.compile`` on CUDA, eager elsewhere) or ``"auto"``
     (the stencil on CUDA for sparse graphs by :func:`use_stencil`, ordered otherwise)."""

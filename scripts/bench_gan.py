@@ -304,8 +304,9 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
 def census_line(M: int, parts) -> str:
     """Dispatch-mode counts of one gradient evaluation (convolution calls, the per-group loop
     of torch's double backward) and of one mix of both players (bytes against the floor; the
-    ordered and stencil mixers are counted as their torch ops: compiled kernels — numba's one
-    pass on the CPU, torch.compile's on CUDA — do not run under a dispatch mode)."""
+    ordered mixer's Triton kernel on CUDA is one custom op per buffer; on the CPU the ordered
+    and stencil mixers are counted as their torch ops: numba's pass and torch.compile's
+    kernels do not run under a dispatch mode)."""
     with ConvCensus() as conv:
         parts["grads"]()
     with ByteCensus() as mix:
@@ -435,7 +436,8 @@ def main() -> None:
                         "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
     p.add_argument("--gossip-kernel", choices=["ordered", "matmul", "stencil", "auto"], default="ordered",
                    help="LocalMixer kernel: the sum in node order every rank uses (default; one numba pass on "
-                        "the CPU), the [M,M]x[M,P] matmul, the neighbour stencil (compiled by torch.compile on CUDA), "
+                        "the CPU, one Triton kernel on CUDA), "
+                        "the [M,M]x[M,P] matmul, the neighbour stencil (compiled by torch.compile on CUDA), "
                         "or auto (stencil on CUDA for sparse graphs)")
     a = p.parse_args()
     t_start = time.perf_counter()

@@ -12,6 +12,8 @@ For each M it prints, per kernel:
   the floor ``2 · M · P · 4`` (every row read once, written once). On the CPU the census of
   the CUDA dispatch is taken on fake CUDA tensors (``FakeTensorMode``: what the mixer hands to
   the device, without one); the CPU's numba kernel does not run under a dispatch mode;
+* the optimizer's ops / bytes per iteration (both players' Dadam3 steps with their gossip
+  rounds; :func:`optimizer_census`), the issue's breakdown column;
 * ``ms``: median wall time of one mix (the device synchronised around each), and ``x floor``:
   that time over the floor's bytes at the measured copy rate (one large ``copy_``).
 
@@ -86,6 +88,28 @@ def census(fn) -> tuple[int, int]:
     return c.ops, c.bytes
 
 
+def optimizer_census(M: int, width: float, device) -> tuple[int, float]:
+    """Ops and bytes (in units of 4·P, P both players' values) of one joint Dadam3 step of both
+    players, by bench_gan's census (a compiled update counts as one op). On the CPU the gossip
+    is counted as CUDA dispatches it — one Triton custom op per buffer and round (run here in
+    Triton's interpreter) — instead of numba's pass, which no dispatch mode sees."""
+    from bench_gan import OpBytes, count_optimizer, make_batched
+    from dadam3 import ordered_mix
+    step, _, _, parts = make_batched(M, width, 2, device, torch.float32, "ring")
+    step()                            # the steady state: .grad is the flat buffer's view from here on
+    parts["grads"]()
+    patched = ordered_mix.RoundTerms._triton_pass
+    if device.type == "cpu":
+        module = ordered_mix._triton_kernel()
+        ordered_mix.RoundTerms._triton_pass = staticmethod(lambda x, out: module)
+    try:
+        ops, nbytes = count_optimizer(parts["opts"], OpBytes())
+    finally:
+        ordered_mix.RoundTerms._triton_pass = patched
+    values = sum(f.param_buf.numel() for f in parts["flats"])
+    return ops, nbytes / (4 * values)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -158,6 +182,9 @@ def main() -> None:
                 err = max((o.double() - W @ b.double()).abs().max().item() for o, b in zip(outs, bufs))
             print(f"M={M}: ordered on CUDA equals the CPU kernel bit for bit (float32): {same}; "
                   f"max |ordered - float64 matmul| = {err:.2e}", flush=True)
+        ops, passes = optimizer_census(M, width, device)
+        print(f"M={M}: optimizer ops / bytes per iteration (both players' Dadam3 steps, census): "
+              f"{ops} / {passes:.1f} x 4P", flush=True)
 
 
 if __name__ == "__main__":
