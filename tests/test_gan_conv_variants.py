@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dadam3.gan.conv_variants import VARIANTS, stacked_conv2d, stacked_conv_transpose2d
+from dadam3.gan.op_census import ConvCensus
 from dadam3.gan.stacked import StackedConv2d, StackedConvTranspose2d, build_stacked_nets
 from dadam3.gan.wgan_gp import wgan_gp_step
 
@@ -86,3 +87,37 @@ def test_stacked_net_with_a_variant_table_equals_the_default_in_a_wgan_gp_step(a
         torch.testing.assert_close(grads[1][k], g, rtol=1e-10, atol=1e-12, msg=k)
     with pytest.raises(ValueError, match="layer 1 is not a stacked convolution"):
         D.use_conv_variants({1: "separate"})
+
+
+@pytest.mark.parametrize("arch,size", [("dcgan32", 32), ("dcgan64", 64)])
+def test_critic_in_nhwc_runs_every_convolution_on_nhwc_activations_and_equals_nchw(arch, size):
+    """The critic NHWC end to end (grouped NHWC at every layer, or the whole net channels-last):
+    in its forward pass, the penalty's ∇_x and the gradients of the penalty, every convolution
+    call (forward and backward) gets NHWC activations — the instance norm and the activations
+    between keep them NHWC, so nothing converts between layers — and the values equal NCHW's
+    in float64. The default critic, for contrast, is NCHW throughout."""
+    results = {}
+    for mode in ("nchw", "variants", "channels_last"):
+        torch.manual_seed(0)
+        _, D = build_stacked_nets(arch, M, width=1 / 32, identical_init=False)
+        D = D.double()
+        if mode == "variants":
+            D.use_conv_variants({j: "grouped_nhwc" for j, layer in enumerate(D.layers)
+                                 if isinstance(layer, StackedConv2d)})
+        elif mode == "channels_last":
+            D.use_channels_last()
+        x = torch.rand(M, B, 3, size, size, generator=torch.Generator().manual_seed(5), dtype=F64,
+                       requires_grad=True)
+        with ConvCensus() as census:
+            y = D(x)
+            (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+            grads = torch.autograd.grad(gx.square().sum() + y.square().sum(), list(D.parameters()))
+        results[mode] = (y, gx, grads)
+        layouts = census.by_layout
+        if mode == "nchw":
+            assert layouts["nchw"] > 0 and layouts["nhwc"] == 0, layouts
+        else:
+            assert layouts["nchw"] == 0 and layouts["strided"] == 0 and layouts["nhwc"] >= 8, layouts
+    for mode in ("variants", "channels_last"):
+        for a, b in zip(results["nchw"][:2] + results["nchw"][2], results[mode][:2] + results[mode][2]):
+            torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)

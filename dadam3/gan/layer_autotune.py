@@ -5,9 +5,11 @@ card, the cuDNN version and the precision (issue 34: on an H200 grouped NHWC won
 layer in TF32, NCHW three generator layers, bf16 a mix). Like ``cudnn.benchmark``, a short
 measurement decides: for every stacked (transposed) convolution with ``groups = 1``, each
 candidate of :data:`CANDIDATES` (:mod:`dadam3.gan.conv_variants`) runs the layer's forward and
-its first-order backward (input and weight gradients) on an input of the layer's own shape,
-once untimed (cuDNN's own algorithm search), then ``reps`` timed repetitions; the fastest
-median wins, a tie goes to the earlier candidate (grouped NCHW, the default). The choice is
+backward on an input of the layer's own shape — for the critic the gradient penalty's pattern
+(∇_x of the output with its graph, then the gradients of its squared norm: the double
+backward), for the generator the first-order backward — once untimed (cuDNN's own algorithm
+search), then ``reps`` timed repetitions; the fastest median wins, a tie goes to the earlier
+candidate (grouped NCHW, the default). The choice is
 cached per layer shape, dtype, device (name, cuDNN version) and precision for the process, so a
 second net of the same shapes costs nothing, and logged (``train.log``), one line per layer
 with every candidate's time. ``separate`` (M convolutions) is not a candidate: it never won.
@@ -73,16 +75,18 @@ def _key(layer: _StackedConv, shape, dtype, device, autocast: bool) -> tuple:
 
 
 def autotune_layers(net: StackedNet, example: torch.Tensor, label: str = "net", *, autocast: bool = False,
-                    timer: Timer = device_timer, reps: int = REPS, cache: dict | None = None) -> dict[int, str]:
+                    double_backward: bool = False, timer: Timer = device_timer, reps: int = REPS,
+                    cache: dict | None = None) -> dict[int, str]:
     """Time every candidate layout of each tunable convolution of ``net`` on inputs of the shapes
     ``example`` (the net's input batch) produces, set the winners (``net.use_conv_variants``) and
-    return them ``{layer index: variant}``."""
+    return them ``{layer index: variant}``. ``double_backward``: time the penalty's pattern (the
+    critic's workload)."""
     cache = _CACHE if cache is None else cache
     cast = (torch.autocast(example.device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext())
     table: dict[int, str] = {}
     for j, shape in _layer_inputs(net, example).items():
         layer = net.layers[j]
-        key = _key(layer, shape, example.dtype, example.device, autocast)
+        key = (*_key(layer, shape, example.dtype, example.device, autocast), double_backward)
         if key not in cache:
             x = torch.randn(shape, device=example.device, dtype=example.dtype, requires_grad=True)
             saved, times = layer.variant, {}
@@ -93,7 +97,12 @@ def autotune_layers(net: StackedNet, example: torch.Tensor, label: str = "net", 
                     def run(layer=layer, x=x):
                         with cast:
                             y = layer(x)
-                        torch.autograd.grad(y.float().square().sum(), [x, layer.weight])
+                        if double_backward:      # the penalty: ∇_x D, then the gradient of its norm
+                            (gx,) = torch.autograd.grad(y.float().sum(), x, create_graph=True)
+                            torch.autograd.grad(gx.float().square().sum() + y.float().square().sum(),
+                                                [x, layer.weight])
+                        else:
+                            torch.autograd.grad(y.float().square().sum(), [x, layer.weight])
                     times[variant] = timer(run, reps)
             finally:
                 layer.variant = saved
@@ -114,4 +123,4 @@ def autotune_pair(G, D, batch: int, autocast: bool = False) -> None:
         if isinstance(net, StackedNet):
             p = next(net.parameters())
             example = torch.randn(net.num_nodes, batch, *net.in_shape, device=p.device, dtype=p.dtype)
-            autotune_layers(net, example, label, autocast=autocast)
+            autotune_layers(net, example, label, autocast=autocast, double_backward=net is D)

@@ -19,7 +19,11 @@ class ConvCensus(TorchDispatchMode):
     """Counts convolution calls: ``calls`` (all ``aten.convolution``/``convolution_backward``) and
     ``dilated_ungrouped`` (forward convolutions with ``groups = 1`` and a dilation > 1 — the calls
     torch's double-backward formula makes per group of a grouped convolution); ``by_groups``
-    counts calls by their ``groups`` argument, ``by_op`` by aten op name."""
+    counts calls by their ``groups`` argument, ``by_op`` by aten op name, ``by_layout`` by the
+    memory format of the activation operand (the input; for ``convolution_backward`` its
+    ``input`` argument): ``nhwc``, ``nchw``, ``either`` (both at once: one pixel or one
+    channel) or ``strided`` — on CUDA each ``nchw`` call of a grouped convolution costs cuDNN
+    an NCHW↔NHWC conversion of its operands."""
 
     def __init__(self):
         super().__init__()
@@ -27,6 +31,7 @@ class ConvCensus(TorchDispatchMode):
         self.dilated_ungrouped = 0
         self.by_groups: Counter = Counter()
         self.by_op: Counter = Counter()
+        self.by_layout: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -35,11 +40,21 @@ class ConvCensus(TorchDispatchMode):
             groups = int(args[9] if func is torch.ops.aten.convolution_backward.default else args[8])
             self.by_groups[groups] += 1
             self.by_op[func.__name__] += 1
+            self.by_layout[layout(args[1] if func is torch.ops.aten.convolution_backward.default else args[0])] += 1
             if func is not torch.ops.aten.convolution_backward.default:
                 dilation = args[5]
                 if groups == 1 and any(int(d) > 1 for d in dilation):
                     self.dilated_ungrouped += 1
         return func(*args, **kwargs)
+
+
+def layout(t: torch.Tensor) -> str:
+    """``nhwc`` / ``nchw`` / ``either`` (both, or one pixel: the same element order) / ``strided``
+    (neither) of a 4-d tensor."""
+    if t.shape[-2:].numel() == 1:
+        return "either"
+    nhwc, nchw = t.is_contiguous(memory_format=torch.channels_last), t.is_contiguous()
+    return "either" if nhwc and nchw else "nhwc" if nhwc else "nchw" if nchw else "strided"
 
 
 def _tensor_bytes(tree) -> int:
