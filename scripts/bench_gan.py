@@ -55,6 +55,7 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dadam3.cuda_flags import set_cuda_flags
+from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.loop_reference import LoopReference
 from dadam3.gan.op_census import ByteCensus, ConvCensus
 from dadam3.gan.stacked import build_stacked_nets
@@ -257,21 +258,27 @@ def eager_updates(opts):
             opt._update = update
 
 
-def norm_share(step, device, iters: int = 3) -> tuple[float, float]:
-    """(share of device time in normalisation ops, device ms per iteration) by torch.profiler."""
+CONVERSIONS = ("nchwToNhwc", "nhwcToNchw")   # cuDNN's layout conversion kernels (by name)
+
+
+def norm_share(step, device, iters: int = 3) -> tuple[float, float, float]:
+    """(share of device time in normalisation ops, device ms per iteration, cuDNN layout
+    conversion kernels per iteration) by torch.profiler."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
     with profile(activities=acts) as prof:
         for _ in range(iters):
             step()
         synchronize(device)
-    total = norm = 0.0
+    total = norm = conversions = 0.0
     for evt in prof.key_averages():
         t = evt.self_device_time_total if device.type == "cuda" else evt.self_cpu_time_total
         total += t
         if "norm" in evt.key.lower() and "vector_norm" not in evt.key and "linalg" not in evt.key:
             norm += t
-    return (norm / total if total else 0.0), total / iters / 1e3
+        if any(name in evt.key for name in CONVERSIONS):
+            conversions += evt.count
+    return (norm / total if total else 0.0), total / iters / 1e3, conversions / iters
 
 
 DADAM3_PASSES = 17   # 4-byte passes over the stacked values per Dadam3 step (docs: docs/benchmarks.md)
@@ -288,7 +295,7 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
     with eager_updates(parts["opts"]):
         g_flops, _ = count_flops(parts["grads"])
     g_floor = g_flops / (peak * 1e12) if peak else None
-    share, _ = norm_share(step, device)
+    share, _, conversions = norm_share(step, device)
     ops, nbytes = count_optimizer(parts["opts"], OpBytes())
     mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
     g_s = f"{1e3 * t['grads']:.1f} ({1e3 * g_floor:.1f}; {100 * g_floor / t['grads']:.0f}%)" if g_floor \
@@ -296,7 +303,7 @@ def breakdown(M, parts, step, device, iters, max_seconds, rate_bytes, peak, t_it
     line = (f"| {M} | {1e3 * t_iter:.1f} | {g_s} | {1e3 * t['optimize']:.2f} ({1e3 * opt_floor:.2f}; "
             f"{t['optimize'] / opt_floor:.1f}x) | {1e3 * t['mix']:.2f} ({1e3 * mix_floor:.2f}; "
             f"{t['mix'] / mix_floor:.1f}x) | {100 * share:.1f}% | {ops} / {nbytes / (size * values):.1f} x {size}P "
-            f"| {mem:.2f} |")
+            f"| {mem:.2f} | {conversions:.0f} |")
     print(f"M={M} breakdown: {line}", flush=True)
     return line
 
@@ -333,7 +340,7 @@ def make_nets(M: int, width: float, device, dtype):
     return G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
 
 
-VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="ordered")
+VARIANTS = dict(channels_last=False, stock_conv_backward=False, gossip_kernel="ordered", autotune_layers=False)
 
 
 def make_batched(M: int, width: float, batch: int, device, dtype, topology: str, autocast: str | None = None,
@@ -349,6 +356,8 @@ def make_batched(M: int, width: float, batch: int, device, dtype, topology: str,
     D.use_channels_last(channels_last)
     G.use_first_order_backward(not stock_conv_backward)
     D.use_first_order_backward(not stock_conv_backward)
+    if v["autotune_layers"]:              # each convolution's layout by measurement (cuda.autotune_layers)
+        autotune_pair(G, D, batch, autocast=autocast == "bf16")
     mixer = mixer_for("dadam3", M, topology=topology)
     if hasattr(mixer, "kernel"):          # LocalMixer (M > 1): ordered | matmul | stencil | auto
         mixer.kernel = gossip_kernel
@@ -434,6 +443,9 @@ def main() -> None:
     p.add_argument("--stock-conv-backward", action="store_true",
                    help="the critic's convolutions with torch's own double backward (its per-group loop; "
                         "before issue 25 round 2) instead of dadam3.gan.grouped_conv's first-order one")
+    p.add_argument("--autotune-layers", action="store_true",
+                   help="each stacked convolution's layout timed at start-up (dadam3.gan.layer_autotune), "
+                        "as cuda.autotune_layers=true does")
     p.add_argument("--gossip-kernel", choices=["ordered", "matmul", "stencil", "auto"], default="ordered",
                    help="LocalMixer kernel: the sum in node order every rank uses (default; one numba pass on "
                         "the CPU, one Triton kernel on CUDA), "
@@ -510,6 +522,7 @@ def main() -> None:
         compile_ = {"auto": None, "on": True, "off": False}[a.compile]
         batched, mixer, _, parts = make_batched(M, width, batch, device, dtype, a.topology, a.autocast, compile_,
                                                 dict(channels_last=a.channels_last, gossip_kernel=a.gossip_kernel,
+                                                     autotune_layers=a.autotune_layers,
                                                      stock_conv_backward=a.stock_conv_backward))
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
@@ -579,8 +592,8 @@ def main() -> None:
         print()
         print("| M | iteration ms | gradients ms (FLOP floor, share of peak) | optimizer steps ms (bytes floor; "
               "x floor) | one mix of both players ms (floor; x floor) | norm layers' share of device time "
-              "| optimizer ops / bytes per iteration | peak GiB |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| optimizer ops / bytes per iteration | peak GiB | cuDNN layout conversions per iteration |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for b in breakdowns:
             print(b)
 
