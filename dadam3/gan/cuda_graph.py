@@ -39,6 +39,7 @@ from typing import Callable
 import torch
 
 from dadam3.gan.wgan_gp import GP_LAMBDA, wgan_gp_step
+from dadam3.mixing import LocalMixer
 
 WARMUP = 3
 
@@ -138,7 +139,7 @@ def iteration_obstacle(mixer) -> str | None:
     """Why the optimizer steps cannot join the captured graph (None: they can): the graph replays
     one gossip schedule and the local kernels; a time-varying W changes its matrix with the
     step, and torch.distributed's exchange is host-driven point-to-point messaging."""
-    if mixer is not None and type(mixer).__name__ != "LocalMixer":
+    if mixer is not None and not isinstance(mixer, LocalMixer):
         return f"the gossip runs through {type(mixer).__name__} (messages between ranks)"
     if mixer is not None and mixer.topology.time_varying:
         return "the topology is time-varying (each step mixes with another matrix)"
