@@ -86,6 +86,7 @@ import dadam3.gan.trainer as trainer_mod
 import dadam3.run_build as build_mod
 from dadam3.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
+from dadam3.gan.cuda_graph import IterationGraph
 from dadam3.ordered_mix import RoundTerms
 from dadam3.schema import train_settings
 
@@ -302,3 +303,22 @@ def test_the_harness_catches_device_mismatches(fake_cuda, tmp_path, monkeypatch)
     loss = (w.to("cuda") * 2).sum()
     with pytest.raises(AssertionError, match="AccumulateGrad has an input on cpu"):
         torch.autograd.grad(loss, [w])
+
+
+def test_captured_iteration_logic_on_fake_cuda(fake_cuda, tmp_path):
+    """cuda.graphs' whole-iteration capture (``IterationGraph``) on fake CUDA, its capture and
+    replays emulated: the warm-up and the restore of the state, the gossip's custom op, the step
+    scalars written before each replay into the same device tensor the graph reads — all on
+    cuda, and nothing reads a value on the host (a fake tensor has none: it would raise)."""
+    h = fake_cuda
+    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32", "optimizer=dadam3"]), tmp_path / "run",
+                                make_generator=h.make_generator)
+    t.iteration_graph = IterationGraph(t._iteration, t._draw, (t.G, t.D), (t.opt_d, t.opt_g), t.state.mixer,
+                                       warmup=1, emulate=True)
+    scalars = []
+    for _ in (1, 2):
+        out = t.train_step()
+        assert t.iteration_graph.reason is None and on_cuda(*out.values(), *state_tensors(t))
+        scalars.append([f.scalars for opt in (t.opt_d, t.opt_g) for f in opt.flat])
+    assert on_cuda(*scalars[0]) and all(a is b for a, b in zip(*scalars))     # one tensor, rewritten in place
+    assert t.opt_g.k == t.opt_d.k == 2 and h.mixes and all(m == CUDA for m in h.mixes)
