@@ -190,3 +190,25 @@ def test_a_centralized_variant_that_tracks_its_decentralized_run_is_named_as_one
     runs = [load_run(tree, tree / f"fmnist/fig3/{m}/seed{s}", m, s) for m in ("dosg", "cosg") for s in range(3)]
     text = "\n".join(pair_differences(runs))
     assert "differ by at most 9." in text and "independent" not in text
+
+
+def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tree):
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    assert text.index("## Claims at a glance") < text.index("## Fig. 1")
+    glance = text[text.index("## Claims at a glance"):text.index("## Fig. 1")]
+    assert "| Dadam3 ≫ DOSG (final FID) | not resolved (awaiting fresh seeds: 0 of 5 paired) |" in glance
+    assert "(selection seeds, not a verdict)" in glance
+    for seed in range(3, 8):            # fresh seeds with provenance at the chosen cells (8e-4 and 2e-4)
+        make_run(tree, f"fmnist/lr_sweep/lr8e-4/dadam3/seed{seed}", "dadam3", 8e-4, seed, healthy(90.0 + seed),
+                 provenance=True)
+        make_run(tree, f"fmnist/fig3/dosg/seed{seed}", "dosg", 2e-4, seed, healthy(400.0 - seed), provenance=True)
+    write(tree)
+    glance = (tree / "REPORT.md").read_text()
+    glance = glance[glance.index("## Claims at a glance"):glance.index("## Fig. 1")]
+    line = row(glance, "| Figs. 3–4: Dadam3/Cadam3 generate better images than DOSG/COSG | Dadam3 ≫ DOSG (final FID)")
+    d = [(90.0 + s) - (400.0 - s) for s in range(3, 8)]
+    half = 2.776445105197793 * statistics.stdev(d) / len(d) ** 0.5      # t quantile, df = 4 (tables)
+    m = statistics.fmean(d)
+    assert f"| holds | {m:+.1f} FID [{m - half:+.1f}, {m + half:+.1f}], n = 5 (seeds 3–7) |" in line
+    assert "fresh seeds: 3–7; code abcdef012345 |" in line

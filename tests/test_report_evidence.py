@@ -114,3 +114,16 @@ def test_a_dirty_commit_is_never_printed_as_the_clean_one():
     assert commit_text({"code_commit": commit + "+dirty"}) == "cb87a914d23b+dirty (diff not saved)"
     saved = {"code_commit": commit + "+dirty", "code_diff": "code.diff"}
     assert commit_text(saved) == "cb87a914d23b+dirty (diff saved)"
+
+
+def test_threshold_times_are_paired_when_both_got_there_and_counted_when_not():
+    from dadam3.report.evidence import threshold_lines
+    runs = [fake_run("dadam3", 8e-4, s, [400.0, 250.0, 140.0]) for s in SELECTION]
+    runs += [fake_run("dosg", 2e-4, s, [400.0, 390.0 - 100 * (s == 0), 250.0]) for s in SELECTION]
+    j = judge(("dadam3", "≫", "dosg"), runs, select(runs), "speed")
+    (line,) = [x for x in threshold_lines([j]) if x]
+    # FID < 300: Dadam3 at 200 on every seed; DOSG at 200 (seed 0), 300, 300: differences 0, −100, −100
+    d = [0.0, -100.0, -100.0]
+    half = T_975[2] * statistics.stdev(d) / math.sqrt(3)
+    assert f"FID < 300: {statistics.fmean(d):+.1f} iterations [{statistics.fmean(d) - half:+.1f}, " in line
+    assert "FID < 200: Dadam3 reached it on 3 of 3 seeds, DOSG on 0 of 3" in line

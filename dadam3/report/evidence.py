@@ -209,3 +209,26 @@ def thresholds_table(selections: dict[str, Selection], runs: list[Run]) -> list[
                      + " | ".join(cols) + " |")
     return lines + ["", "Each entry: the mean first evaluated iteration at which the FID (node mean) fell below the "
                         "threshold, over the seeds that reached it (how many of how many).", ""]
+
+
+def threshold_lines(judged: list[Judged]) -> list[str]:
+    """For each "more quickly" claim, on the seeds its row used: per threshold, the paired
+    difference of the first iterations below it (a − b, negative: a got there first) when both
+    methods reached it on every seed, else how many seeds of each reached it."""
+    lines = []
+    for j in judged:
+        if j.measure != "speed" or not j.runs:
+            continue
+        a, _, b = j.claim
+        parts = []
+        for t in THRESHOLDS:
+            hit = {m: {r.seed: first_below(r, t) for r in j.runs if r.method == m and r.status == "finished"}
+                   for m in (a, b)}
+            n = {m: sum(k is not None for k in hit[m].values()) for m in (a, b)}
+            if n[a] == len(hit[a]) and n[b] == len(hit[b]) and (p := paired(hit[a], hit[b])) is not None:
+                parts.append(f"FID < {t:g}: {p.text('iterations')}")
+            else:
+                parts.append(f"FID < {t:g}: {LABEL.get(a, a)} reached it on {n[a]} of {len(hit[a])} seeds, "
+                             f"{LABEL.get(b, b)} on {n[b]} of {len(hit[b])}")
+        lines.append(f"- {j.name} ({j.stage}), first iteration below the threshold: " + "; ".join(parts))
+    return lines + ([""] if lines else [])

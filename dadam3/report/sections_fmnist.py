@@ -11,7 +11,8 @@ from dadam3.report import claims, evidence, figures
 from dadam3.report.common import score_table, what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, Run, load_run, method_runs, sample_grid
-from dadam3.report.evidence import Judged, judge, judge_fixed, judged_table, select, selection_table, thresholds_table
+from dadam3.report.evidence import (Judged, judge, judge_fixed, judged_table, select, selection_table, threshold_lines,
+                                    thresholds_table)
 from dadam3.report.stats import Cell, cells_of, lr_text
 
 FIDELITY_PANELS = [("is_mean", "IS (higher is better)", "is_avg_model"),
@@ -195,6 +196,7 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
                   "config and provenance); until then the selection seeds' paired numbers are shown, labelled.", ""]
         lines += judged_table(judged)
         lines += ["Speed on the curves, at the chosen step sizes:", ""] + thresholds_table(chosen, mine)
+        lines += threshold_lines(judged)
         at_preset = fixed_claims(preset, claim_list)
         lines += ["**Verdict** (final FID): at the chosen step sizes: "
                   + ("; ".join(f"{j.name}: {j.verdict}" for j in judged if j.measure == "final") or "no claim")
