@@ -212,3 +212,16 @@ def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tre
     m = statistics.fmean(d)
     assert f"| holds | {m:+.1f} FID [{m - half:+.1f}, {m + half:+.1f}], n = 5 (seeds 3–7) |" in line
     assert "fresh seeds: 3–7; code abcdef012345 |" in line
+
+
+def test_a_paper_scale_section_says_what_its_runs_are_and_draws_no_verdict(tree):
+    d = tree / "fmnist/paper_fig3/dadam3/seed0"           # a legacy run: records only, no config
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in healthy(130.0, end=1000)))
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    section = text[text.index("## Fashion-MNIST: Fig. 3 at Table 6's scale"):]
+    section = section[:section.index("\n## ")]
+    assert ("iterations reached of Table 6's 30,000: Dadam3 1,000 (3.3%; finished); never run: Cadam3, DOSG, COSG"
+            in section)
+    assert "no verdict is drawn from them" in section and "**Verdict**" not in section

@@ -70,9 +70,9 @@ def build(root: Path) -> tuple[str, Output]:
     for folder in fm.variant_folders(root):
         body += fm.step_sizes(root, out, folder)
     body += fm.paper_scale(root, out, "paper_fig2", "Fashion-MNIST: Fig. 2 at Table 6's scale (a smoke test)",
-                           "Paper: " + paper.claims.FIG2 + PAPER_SCALE)
+                           "Paper: " + paper.claims.FIG2 + PAPER_SCALE, paper.claims.CLAIMS_FIG2)
     body += fm.paper_scale(root, out, "paper_fig3", "Fashion-MNIST: Fig. 3 at Table 6's scale (a smoke test)",
-                           "Paper: " + paper.claims.FIG3 + PAPER_SCALE)
+                           "Paper: " + paper.claims.FIG3 + PAPER_SCALE, paper.claims.CLAIMS_FIG3)
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += ["## Every run", ""] + runs_table(all_runs(root))
     titles = [line[3:] for line in body if line.startswith("## ")]
