@@ -19,15 +19,21 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
-def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
+def _clone_with_the_package(tmp_path):
+    """A clone of this checkout (its dadam3/ only) with the package under test copied over the
+    clone's: the index's stat of its files is stale then."""
     clone = tmp_path / "clone"
     _git("clone", "-q", "--no-checkout", str(ROOT), str(clone))
     _git("-C", str(clone), "sparse-checkout", "set", "dadam3")
     _git("-C", str(clone), "checkout", "-q")
-    # the package under test, over the clone's: the index's stat of its files is stale now
     shutil.copytree(ROOT / "dadam3", clone / "dadam3", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return clone
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
+    clone = _clone_with_the_package(tmp_path)
     index = clone / ".git" / "index"
     before = index.stat().st_mtime_ns
     said = subprocess.run([sys.executable, "-c", "from dadam3.job_log import _code_commit; print(_code_commit())"],
@@ -40,12 +46,7 @@ def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
 def test_a_run_from_a_dirty_checkout_saves_its_diff_and_says_so(tmp_path):
-    clone = tmp_path / "clone"
-    _git("clone", "-q", "--no-checkout", str(ROOT), str(clone))
-    _git("-C", str(clone), "sparse-checkout", "set", "dadam3")
-    _git("-C", str(clone), "checkout", "-q")
-    shutil.copytree(ROOT / "dadam3", clone / "dadam3", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    clone = _clone_with_the_package(tmp_path)
     with open(clone / "dadam3" / "__init__.py", "a") as f:
         f.write("# an uncommitted change\n")
     run = tmp_path / "run"

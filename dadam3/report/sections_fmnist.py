@@ -236,7 +236,8 @@ def bf16(root: Path, out: Output) -> list[str]:
     if both:
         k = both[-1]
         a, b = f32.series("fid_avg_model")[k], b16.series("fid_avg_model")[k]
-        lines += [f"**Verdict:** one seed each, so not a verdict on bf16 in general; at iteration {k}, the last both "
+        legacy = ", runs legacy (provenance unknown)" if f32.legacy or b16.legacy else ""
+        lines += [f"**Observation** (not a verdict: one seed each{legacy}): at iteration {k}, the last both "
                   f"runs evaluated, the averaged model's FID is {b:.1f} with bf16 against {a:.1f} with float32 "
                   f"({'worse' if b > a else 'not worse'} with bf16).", ""]
     return lines

@@ -86,7 +86,7 @@ def image_figures(root: Path, out: Output) -> list[str]:
         figures.curves({r.rel: [r] for r in runs}, [("is_mean", "inception score", "is_avg_model")],
                        f"Fig. {number}: inception score (solid: node mean, dashed: averaged model)", path)
         lines += ["", f"![Fig. {number}]({link})", "",
-                  "**Verdict:** one run per method; ranking by final IS (node mean): "
+                  "**Observation** (not a verdict: one run per method): ranking by final IS (node mean): "
                   + (" > ".join(f"`{r.rel}`" for r in ranked) or "no run was evaluated") + ".", ""]
     return lines
 
@@ -116,7 +116,9 @@ def toy(root: Path, out: Output) -> list[str]:
     ranked = sorted((r for r in runs if r.final("high_quality_share") is not None),
                     key=lambda r: (-(r.final("modes_covered") or 0), -r.final("high_quality_share")))
     lines += ["", f"![8 Gaussians]({link})", "",
-              "**Verdict:** one seed per method, so no ranking is settled; ordered by final modes covered, then "
+              "**Observation** (not a verdict: one seed per method"
+              + (", runs legacy (provenance unknown)" if any(r.legacy for r in runs) else "")
+              + "): ordered by final modes covered, then "
               "share of high-quality samples: " + " > ".join(
                   f"{r.label} ({r.final('modes_covered'):.3g} modes, {r.final('high_quality_share'):.3g})"
                   for r in ranked) + ".", ""]
