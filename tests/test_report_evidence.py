@@ -84,7 +84,8 @@ def test_selection_uses_seeds_0_to_2_and_says_whether_the_grid_brackets():
 def test_a_claim_awaits_fresh_seeds_then_is_judged_on_them_alone():
     runs = _grid({"dadam3": {8e-4: 90.0}, "dosg": {2e-4: 400.0}})
     j = judge(("dadam3", "≫", "dosg"), runs, select(runs))
-    assert j.verdict == f"not resolved (awaiting fresh seeds: 0 of {FRESH_MIN} paired)"
+    assert j.verdict == (f"not resolved (awaiting fresh seeds: 0 of {FRESH_MIN} paired; the rule on the selection "
+                         "seeds alone: holds)")
     assert j.stage == "selection seeds" and j.paired.seeds == SELECTION and j.paired.mean == pytest.approx(-310.0)
     fresh = [fake_run("dadam3", 8e-4, s, [500.0, 100.0 + s]) for s in FRESH]
     fresh += [fake_run("dosg", 2e-4, s, [500.0, 300.0 + 2 * s]) for s in FRESH[:-1]]

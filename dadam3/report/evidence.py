@@ -134,8 +134,10 @@ def judge(claim: tuple[str, str, str], runs: list[Run], chosen: dict[str, Select
         p = paired(fa, fb)
         return Judged(claim, measure, verdict(rel, p, la, lb), p, "fresh seeds", lrs, _used(runs, claim, lrs, common))
     sa, sb = (_values(runs, m, lr, SELECTION, measure, True) for m, lr in ((a, ca.lr), (b, cb.lr)))
-    return Judged(claim, measure, f"{UNRESOLVED} (awaiting fresh seeds: {len(common)} of {FRESH_MIN} paired)",
-                  paired(sa, sb), "selection seeds", lrs, _used(runs, claim, lrs, set(sa) & set(sb)))
+    p = paired(sa, sb)
+    said = f"; the rule on the selection seeds alone: {verdict(rel, p, la, lb)}" if p is not None else ""
+    return Judged(claim, measure, f"{UNRESOLVED} (awaiting fresh seeds: {len(common)} of {FRESH_MIN} paired{said})",
+                  p, "selection seeds", lrs, _used(runs, claim, lrs, set(sa) & set(sb)))
 
 
 def judge_fixed(claim: tuple[str, str, str], runs: list[Run], measure: str = "final") -> Judged:
