@@ -193,21 +193,20 @@ def test_a_centralized_variant_that_tracks_its_decentralized_run_is_named_as_one
 
 
 def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tree):
-    write(tree)
-    text = (tree / "REPORT.md").read_text()
+    from dadam3.report.build import build
+    from dadam3.report.glance import glance
+    text = build(tree)[0]
     assert text.index("## Claims at a glance") < text.index("## Fig. 1")
-    glance = text[text.index("## Claims at a glance"):text.index("## Fig. 1")]
+    table = "\n".join(glance(tree))
     assert ("| Dadam3 ≫ DOSG (final FID) | not resolved (awaiting fresh seeds: 0 of 5 paired; the rule on the "
-            "selection seeds alone: holds) |") in glance
-    assert "(selection seeds, not a verdict)" in glance
+            "selection seeds alone: holds) |") in table
+    assert "(selection seeds, not a verdict)" in table
     for seed in range(3, 8):            # fresh seeds with provenance at the chosen cells (8e-4 and 2e-4)
         make_run(tree, f"fmnist/lr_sweep/lr8e-4/dadam3/seed{seed}", "dadam3", 8e-4, seed, healthy(90.0 + seed),
                  provenance=True)
         make_run(tree, f"fmnist/fig3/dosg/seed{seed}", "dosg", 2e-4, seed, healthy(400.0 - seed), provenance=True)
-    write(tree)
-    glance = (tree / "REPORT.md").read_text()
-    glance = glance[glance.index("## Claims at a glance"):glance.index("## Fig. 1")]
-    line = row(glance, "| Figs. 3–4: Dadam3/Cadam3 generate better images than DOSG/COSG | Dadam3 ≫ DOSG (final FID)")
+    table = "\n".join(glance(tree))
+    line = row(table, "| Figs. 3–4: Dadam3/Cadam3 generate better images than DOSG/COSG | Dadam3 ≫ DOSG (final FID)")
     d = [(90.0 + s) - (400.0 - s) for s in range(3, 8)]
     half = 2.776445105197793 * statistics.stdev(d) / len(d) ** 0.5      # t quantile, df = 4 (tables)
     m = statistics.fmean(d)
@@ -216,13 +215,13 @@ def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tre
 
 
 def test_a_paper_scale_section_says_what_its_runs_are_and_draws_no_verdict(tree):
+    from dadam3.report import claims
+    from dadam3.report.output import Output
+    from dadam3.report.sections_fmnist import paper_scale
     d = tree / "fmnist/paper_fig3/dadam3/seed0"           # a legacy run: records only, no config
     d.mkdir(parents=True)
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in healthy(130.0, end=1000)))
-    write(tree)
-    text = (tree / "REPORT.md").read_text()
-    section = text[text.index("## Fashion-MNIST: Fig. 3 at Table 6's scale"):]
-    section = section[:section.index("\n## ")]
+    section = "\n".join(paper_scale(tree, Output(tree), "paper_fig3", "Fig. 3 at scale", "", claims.CLAIMS_FIG3))
     assert ("iterations reached of Table 6's 30,000: Dadam3 1,000 (3.3%; finished); never run: Cadam3, DOSG, COSG"
             in section)
     assert "no verdict is drawn from them" in section and "**Verdict**" not in section
