@@ -24,6 +24,8 @@ from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
+CODE_DIFF = "code.diff"              # a dirty checkout's changes, beside provenance.json
+DIRTY = "+dirty"
 UNKNOWN = "unknown"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
@@ -119,18 +121,33 @@ def run_overrides(run_dir: Path, renamed: Mapping[str, str] = MappingProxyType({
     return [renamed.get(key, key) + eq + value for key, eq, value in (o.partition("=") for o in out)]
 
 
+def _git(*args: str) -> str:
+    """``git ARGS`` in the package's checkout. --no-optional-locks: git status must not take the
+    user's index lock (a run stopped mid-call would leave .git/index.lock behind)."""
+    here = Path(__file__).resolve().parent
+    return subprocess.run(["git", "--no-optional-locks", "-C", str(here), *args], capture_output=True, text=True,
+                          timeout=10, check=True).stdout
+
+
 def _code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
-    here = Path(__file__).resolve().parent
     try:
-        # --no-optional-locks: git status must not take the user's index lock (a run stopped
-        # mid-call would leave .git/index.lock behind)
-        run = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", str(here), *a], capture_output=True,
-                                        text=True, timeout=10, check=True).stdout.strip()
-        commit = run("rev-parse", "HEAD")
-        return commit + ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+        commit = _git("rev-parse", "HEAD").strip()
+        return commit + (DIRTY if _git("status", "--porcelain", "--untracked-files=no").strip() else "")
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
+
+
+def _save_code_diff(path: Path) -> bool:
+    """The uncommitted changes of the checkout (``git diff HEAD``: what ``+dirty`` stands for) into
+    ``path``; False when git cannot say."""
+    try:
+        diff = _git("diff", "HEAD", "--binary")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(diff)
+    return True
 
 
 def _device_model(device: str) -> str:
@@ -148,10 +165,16 @@ def _device_model(device: str) -> str:
 
 def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
     """Append this segment of the run (fresh start or resume at ``iteration``) to
-    ``provenance.json``: code commit, torch and Python versions, device model, thread count."""
+    ``provenance.json``: code commit, torch and Python versions, device model, thread count. From
+    a checkout with uncommitted changes (commit ``+dirty``) the diff is saved as ``code.diff``
+    (``.hydra/resumed_<iteration>/code.diff`` for a resume) and named in the entry (``code_diff``)."""
     entry = {"from_iteration": iteration, "code_commit": _code_commit(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
              "torch_threads": torch.get_num_threads()}
+    if entry["code_commit"].endswith(DIRTY):    # the changes themselves, beside the record that says so
+        diff = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
+        if _save_code_diff(run_dir / diff):
+            entry["code_diff"] = diff.as_posix()
     path = run_dir / PROVENANCE
     try:
         segments = json.loads(path.read_text()) if path.exists() else []

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # what marks a directory as a run's, and what overwrite=true deletes (.hydra/ and train.log too:
 # the run writes them once it holds the directory)
 RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
-             RUN_ID_FILE, ".hydra", "train.log")
+             RUN_ID_FILE, ".hydra", "train.log", "code.diff")
 LOCK_FILE = ".lock"
 
 

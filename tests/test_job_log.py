@@ -3,6 +3,7 @@ user's repository (``git status`` refreshes the index under ``.git/index.lock`` 
 not to; a run stopped in that call, by a signal or a file-size limit, left the lock behind)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,15 +19,21 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
-def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
+def _clone_with_the_package(tmp_path):
+    """A clone of this checkout (its dadam3/ only) with the package under test copied over the
+    clone's: the index's stat of its files is stale then."""
     clone = tmp_path / "clone"
     _git("clone", "-q", "--no-checkout", str(ROOT), str(clone))
     _git("-C", str(clone), "sparse-checkout", "set", "dadam3")
     _git("-C", str(clone), "checkout", "-q")
-    # the package under test, over the clone's: the index's stat of its files is stale now
     shutil.copytree(ROOT / "dadam3", clone / "dadam3", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    return clone
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
+    clone = _clone_with_the_package(tmp_path)
     index = clone / ".git" / "index"
     before = index.stat().st_mtime_ns
     said = subprocess.run([sys.executable, "-c", "from dadam3.job_log import _code_commit; print(_code_commit())"],
@@ -35,3 +42,22 @@ def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
     assert said.startswith(_git("-C", str(clone), "rev-parse", "HEAD"))
     assert index.stat().st_mtime_ns == before
     assert not (clone / ".git" / "index.lock").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_a_run_from_a_dirty_checkout_saves_its_diff_and_says_so(tmp_path):
+    clone = _clone_with_the_package(tmp_path)
+    with open(clone / "dadam3" / "__init__.py", "a") as f:
+        f.write("# an uncommitted change\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    code = ("import json, sys; from pathlib import Path; from dadam3.job_log import record_provenance as r; "
+            "r(Path(sys.argv[1]), 'cpu', 0); r(Path(sys.argv[1]), 'cpu', 7)")
+    subprocess.run([sys.executable, "-c", code, str(run)], env={**os.environ, "PYTHONPATH": str(clone)},
+                   cwd=tmp_path, capture_output=True, text=True, check=True)
+    first, resumed = json.loads((run / "provenance.json").read_text())
+    assert first["code_commit"].endswith("+dirty") and first["code_diff"] == "code.diff"
+    assert resumed["code_diff"] == ".hydra/resumed_00000007/code.diff"
+    for entry in (first, resumed):
+        diff = (run / entry["code_diff"]).read_text()
+        assert "+# an uncommitted change" in diff and "dadam3/__init__.py" in diff

@@ -109,11 +109,16 @@ class WGANTrainer(RunStops):
         """Iteration k -> k + 1 (the module docstring's steps): its per-node values [M], which
         also go into the logging window."""
         k = self.state.iteration + 1
-        if self.s.n_critic > 1:
-            out = self._alternating_step(k)
-        else:                                           # cuda.graphs: one replayed graph, else eagerly
-            out = self.iteration_graph() if self.iteration_graph is not None else self._iteration()
-            self.finite.note(out, k)                    # the losses' finiteness, noted on the device
+        configured = self._warm_up(k)                   # loop.lr_warmup: iteration k's lr, the configured one kept
+        try:
+            if self.s.n_critic > 1:
+                out = self._alternating_step(k)
+            else:                                       # cuda.graphs: one replayed graph, else eagerly
+                out = self.iteration_graph() if self.iteration_graph is not None else self._iteration()
+                self.finite.note(out, k)                # the losses' finiteness, noted on the device
+        finally:
+            for group, lr in configured:                # the optimizers hold the configured lr again
+                group["lr"] = lr
         self.state.window.add(out)                      # the records
         return out
 
@@ -129,6 +134,19 @@ class WGANTrainer(RunStops):
         self._clip(self.D, self.G)
         step_together([self.opt_d, self.opt_g])         # both players' step, one gossip exchange per round: Z_{k+1}
         return out
+
+    def _warm_up(self, k: int) -> list[tuple[dict, float]]:
+        """``loop.lr_warmup=N`` (0: off): iteration k's steps use lr_k = lr · k / N while k < N, for
+        both players and every optimizer alike. Returns each param group with its configured lr,
+        which :meth:`train_step` puts back after the step: a checkpoint holds the configured lr, so a
+        resume mid-warm-up continues the same schedule."""
+        n = self.s.lr_warmup
+        if not n or k >= n:
+            return []
+        configured = [(g, g["lr"]) for opt in (self.opt_d, self.opt_g) for g in opt.param_groups]
+        for group, lr in configured:
+            group["lr"] = lr * k / n
+        return configured
 
     def _gradients(self) -> dict[str, torch.Tensor]:
         """Both players' gradients at the parameters, and the losses: a replayed CUDA graph

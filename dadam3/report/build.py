@@ -9,6 +9,9 @@ from dadam3.report import sections_fmnist as fm
 from dadam3.report import sections_paper as paper
 from dadam3.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
 from dadam3.report.common import runs_table
+from dadam3.report.glance import glance
+from dadam3.report.evidence import FRESH, FRESH_MIN, SELECTION, THRESHOLDS
+from dadam3.report.stats import RULE, seed_text
 from dadam3.report.output import Output
 from dadam3.report.runs import load_run, method_runs
 
@@ -29,9 +32,16 @@ and state n. A run is *unfinished* (with its last iteration) when its log ends w
 and *diverged* when it stopped on a NaN/Inf or breaks the divergence rule: a logged loss beyond {bound:g} in
 absolute value, or every logged loss bit-identical over {count} consecutive logging records
 ([docs/run_contract.md](../docs/run_contract.md#divergence)). A setting or provenance field a run did not
-record (older runs have no `provenance.json`, some no config) is given as *unknown*. Scores use the
+record (older runs have no `provenance.json`, some no config) is given as *unknown*; such a run is *legacy,
+provenance unknown*: listed apart and kept out of every verdict. A commit with uncommitted changes is printed
+with `+dirty` (and whether the run saved its `code.diff`), never as the clean commit. Scores use the
 Fashion-MNIST classifier (see the last section for their scale); the paper's figures use the inception score.
 Hand-measured speed: [docs/benchmarks.md](../docs/benchmarks.md).
+
+Verdicts. {rule} Each method's step size is chosen on seeds {selection} only; the claims are judged on fresh
+seeds {fresh} at the chosen step sizes, once at least {fresh_min} have finished on both sides; "more quickly"
+is judged on the mean FID over the run (the area under the FID curve divided by the iterations), with the first
+iteration below FID {thresholds} beside it ([docs/experiments.md](../docs/experiments.md#verdicts)).
 """
 
 
@@ -51,7 +61,7 @@ def all_runs(root: Path) -> list:
 def build(root: Path) -> tuple[str, Output]:
     """The report's text; its figures are written on the way (``Output.written``)."""
     out = Output(root)
-    body = paper.fig1(root, out) + paper.image_figures(root, out)
+    body = glance(root) + paper.fig1(root, out) + paper.image_figures(root, out)
     body += fm.comparison(root, out, "fig2", "Fashion-MNIST: Fig. 2 in miniature (one node)",
                           "Paper: " + paper.claims.FIG2 + MINIATURE, paper.claims.CLAIMS_FIG2)
     body += fm.comparison(root, out, "fig3", "Fashion-MNIST: Fig. 3 in miniature (M = 5)",
@@ -59,15 +69,18 @@ def build(root: Path) -> tuple[str, Output]:
     body += fm.step_sizes(root, out)
     for folder in fm.variant_folders(root):
         body += fm.step_sizes(root, out, folder)
-    body += fm.comparison(root, out, "paper_fig2", "Fashion-MNIST: Fig. 2 at Table 6's scale",
-                          "Paper: " + paper.claims.FIG2 + PAPER_SCALE, paper.claims.CLAIMS_FIG2)
-    body += fm.comparison(root, out, "paper_fig3", "Fashion-MNIST: Fig. 3 at Table 6's scale",
-                          "Paper: " + paper.claims.FIG3 + PAPER_SCALE, paper.claims.CLAIMS_FIG3)
+    body += fm.paper_scale(root, out, "paper_fig2", "Fashion-MNIST: Fig. 2 at Table 6's scale (a smoke test)",
+                           "Paper: " + paper.claims.FIG2 + PAPER_SCALE, paper.claims.CLAIMS_FIG2)
+    body += fm.paper_scale(root, out, "paper_fig3", "Fashion-MNIST: Fig. 3 at Table 6's scale (a smoke test)",
+                           "Paper: " + paper.claims.FIG3 + PAPER_SCALE, paper.claims.CLAIMS_FIG3)
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += ["## Every run", ""] + runs_table(all_runs(root))
     titles = [line[3:] for line in body if line.startswith("## ")]
     toc = ["Contents: " + " · ".join(f"[{t}](#{anchor(t)})" for t in titles), ""]
-    return HEADER.format(bound=DIVERGE_ABOVE, count=FROZEN_RECORDS) + "\n" + "\n".join(toc + body).rstrip() + "\n", out
+    header = HEADER.format(bound=DIVERGE_ABOVE, count=FROZEN_RECORDS, rule=RULE, selection=seed_text(SELECTION),
+                           fresh=seed_text(FRESH), fresh_min=FRESH_MIN,
+                           thresholds=" / ".join(f"{t:g}" for t in THRESHOLDS))
+    return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out
 
 
 def anchor(title: str) -> str:

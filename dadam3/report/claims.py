@@ -19,7 +19,7 @@ TOY = ("Not in the paper: a CPU-scale check of the same claim (adaptive momentum
 BF16 = ("Not in the paper: whether bf16 autocast (loop.autocast=bf16) trains like float32 on the Fig. 3 "
         "miniature (Dadam3, M = 5).")
 
-# (a, relation, b): "≫" a is better than b (lower final FID), "≈" not separated
+# (a, relation, b): "≫" a is better than b (lower FID), "≈" equal within the margin (stats.verdict)
 CLAIMS_FIG2 = [("adam3", "≫", "oadagrad")]
 CLAIMS_FIG3 = [("dadam3", "≫", "dosg"), ("dadam3", "≫", "cosg"), ("cadam3", "≫", "dosg"), ("cadam3", "≫", "cosg"),
                ("dadam3", "≈", "cadam3"), ("dosg", "≈", "cosg")]

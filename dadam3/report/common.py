@@ -3,7 +3,9 @@ run did not record it) and the table of final scores per cell (mean ± sample SD
 from __future__ import annotations
 
 from dadam3.report.runs import UNKNOWN, Run, lookup
-from dadam3.report.stats import Cell, fmt, lr_text
+from dadam3.report.stats import Cell, fmt, lr_text, seed_text
+
+LEGACY = "legacy, provenance unknown (no config or no provenance.json; kept out of every verdict)"
 
 SCORE_COLUMNS = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
                  ("fid_mean", "FID (node mean)"), ("fid_avg_model", "FID (averaged model)"),
@@ -49,11 +51,20 @@ def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
              ("iterations (configured)", lambda r: UNKNOWN if r.target is None else str(r.target)),
              ("seeds", lambda r: str(r.seed)), ("step sizes", lambda r: UNKNOWN if r.lr is None else lr_text(r.lr)),
              ("machine (device model)", lambda r: r.provenance_field("device_model")),
-             ("torch", lambda r: r.provenance_field("torch")),
-             ("code commit", lambda r: r.provenance_field("code_commit"))]
+             ("torch", lambda r: r.provenance_field("torch"))]
     lines = [f"What was run ({len(runs)} run directories):", ""]
     lines += [f"- {name}: {_values(runs, get)}" for name, get in rows]
-    return lines + [""]
+    return lines + [f"- code versions (commit: runs, seeds): {code_versions(runs)}", ""]
+
+
+def code_versions(runs: list[Run]) -> str:
+    """Each code commit with its number of runs and their seeds; runs without config or provenance
+    as the legacy group (kept out of every verdict)."""
+    groups: dict[str, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(LEGACY if r.legacy else r.provenance_field("code_commit"), []).append(r)
+    return "; ".join(f"{name}: {len(rs)} run{'s' * (len(rs) > 1)}, seeds {seed_text({r.seed for r in rs})}"
+                     for name, rs in sorted(groups.items(), key=lambda kv: (kv[0] == LEGACY, kv[0])))
 
 
 def score_table(cells: list[Cell], with_lr: bool = True) -> list[str]:
@@ -73,9 +84,16 @@ def score_table(cells: list[Cell], with_lr: bool = True) -> list[str]:
 
 
 def runs_table(runs: list[Run]) -> list[str]:
-    """Every run: its status and provenance."""
-    lines = ["| run directory | status | code commit | torch | device model |", "| --- | --- | --- | --- | --- |"]
-    for r in runs:
-        lines.append(f"| `{r.rel}` | {r.status_text()} | {r.provenance_field('code_commit')} | "
-                     f"{r.provenance_field('torch')} | {r.provenance_field('device_model')} |")
-    return lines + [""]
+    """Every run: its status and provenance; the legacy group (no config or no provenance) apart."""
+    lines = []
+    for title, group in (("Runs with config and provenance", [r for r in runs if not r.legacy]),
+                         (LEGACY[0].upper() + LEGACY[1:], [r for r in runs if r.legacy])):
+        if not group:
+            continue
+        lines += [f"{title} ({len(group)}):", "", "| run directory | status | code commit | torch | device model |",
+                  "| --- | --- | --- | --- | --- |"]
+        for r in group:
+            lines.append(f"| `{r.rel}` | {r.status_text()} | {r.provenance_field('code_commit')} | "
+                         f"{r.provenance_field('torch')} | {r.provenance_field('device_model')} |")
+        lines.append("")
+    return lines

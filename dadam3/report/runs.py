@@ -17,6 +17,7 @@ from dadam3.log_rewind import parse_record
 from dadam3.divergence import Breach, first_breach
 
 UNKNOWN = "unknown"
+DIRTY = "+dirty"                 # dadam3.job_log: a commit with uncommitted changes
 LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3": "Cadam3", "dosg": "DOSG",
          "cosg": "COSG", "dp_oadam": "DP-OAdam"}
 CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
@@ -103,8 +104,13 @@ class Run:
         return {r["iteration"]: float(r[key]) for r in self.records if r.get(key) is not None}
 
     def provenance_field(self, key: str) -> str:
-        values = sorted({str(s.get(key, UNKNOWN)) for s in self.provenance})
-        return ", ".join(v[:12] if key == "code_commit" else v for v in values) if values else UNKNOWN
+        values = sorted({commit_text(s) if key == "code_commit" else str(s.get(key, UNKNOWN)) for s in self.provenance})
+        return ", ".join(values) if values else UNKNOWN
+
+    @property
+    def legacy(self) -> bool:
+        """No config or no ``provenance.json``: what ran is not known, so the run is kept out of every verdict."""
+        return not self.config or not self.provenance
 
     def setting(self, *keys: str) -> str:
         value = lookup(self.config, *keys)
@@ -115,6 +121,17 @@ class Run:
         if self.method in CENTRALISED:
             return "complete"
         return self.setting("topology.name")
+
+
+def commit_text(segment: dict) -> str:
+    """A provenance segment's commit, shortened to 12 digits: ``+dirty`` kept (with ``, diff saved``
+    when the run saved the uncommitted changes, ``code_diff``), never printed as the clean commit."""
+    commit = str(segment.get("code_commit", UNKNOWN))
+    dirty = commit.endswith(DIRTY)
+    text = commit.removesuffix(DIRTY)[:12] + (DIRTY if dirty else "")
+    if dirty:
+        text += " (diff saved)" if segment.get("code_diff") else " (diff not saved)"
+    return text
 
 
 def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:

@@ -1,5 +1,5 @@
 """The Fashion-MNIST sections: the Figs. 2 and 3 miniatures (one step size, as in the paper), every
-method at its own step sizes (the best step size beside the paper's shared one), the paper-scale
+method at its own step sizes (chosen on seeds 0–2, judged on fresh seeds), the paper-scale
 runs, bf16 autocast and the scale of the scores."""
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import math
 from pathlib import Path
 
-from dadam3.report import claims, figures
+from dadam3.report import claims, evidence, figures
 from dadam3.report.common import score_table, what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, Run, load_run, method_runs, sample_grid
-from dadam3.report.stats import Cell, best_cells, cells_of, claim_verdicts, fmt, lr_text
+from dadam3.report.evidence import (Judged, judge, judge_fixed, judged_table, select, selection_table, threshold_lines,
+                                    thresholds_table)
+from dadam3.report.stats import ORDER, Cell, cells_of, lr_text
 
-SEPARATED = ("(final FID, node mean; separated = both n ≥ 2 and the means differ by more than the sum of their "
-             "sample SDs)")
 FIDELITY_PANELS = [("is_mean", "IS (higher is better)", "is_avg_model"),
                    ("fid_mean", "FID (lower is better)", "fid_avg_model")]
 
@@ -80,10 +80,71 @@ def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim
     lines += what_was_run(runs) + score_table(cells)
     lines += [_curves(runs, out, f"fmnist_{name}", title), "", _grids(root, cells), ""]
     lines += pair_differences(runs)
-    verdicts = claim_verdicts(claim_list, {c.method: c for c in cells})
-    if verdicts:
-        lines += [f"**Verdict** {SEPARATED}: " + "; ".join(verdicts) + ".", ""]
+    judged = fixed_claims(runs, claim_list)
+    if judged:
+        lines += ["At the preset's one step size, fixed in advance (no selection), every seed both methods ran; "
+                  "the rule is stated in the conventions at the top.", ""] + judged_table(judged)
+        lines += ["**Verdict** (final FID): " + "; ".join(f"{j.name}: {j.verdict}" for j in judged
+                                                        if j.measure == "final") + ".", ""]
     return lines
+
+
+PAPER_ITERATIONS = 30000          # Table 6
+
+
+def paper_scale(root: Path, out: Output, name: str, title: str, claim: str, claim_list) -> list[str]:
+    """Runs at Table 6's scale, said for exactly what they are: iterations reached of 30 000, seeds,
+    the methods never run, what they can and cannot show; no verdict."""
+    lines = [f"## {title}", "", claim, ""]
+    runs = method_runs(root, root / "fmnist" / name)
+    if not runs:
+        return lines + [f"No committed runs under `results/fmnist/{name}/`.", ""]
+    reached = ", ".join(f"{r.label} {r.last_iteration:,} ({r.last_iteration / PAPER_ITERATIONS:.1%}; {r.status})"
+                        for r in runs)
+    wanted = {m for a, _, b in claim_list for m in (a, b)} - {r.method for r in runs}
+    missing = [LABEL.get(m, m) for m in ORDER if m in wanted]
+    no_config = sum(not r.config for r in runs)
+    lines += [f"**What these runs are:** {len(runs)} run(s), seed(s) {', '.join(sorted({str(r.seed) for r in runs}))}; "
+              f"iterations reached of Table 6's {PAPER_ITERATIONS:,}: {reached}"
+              + (f"; never run: {', '.join(missing)}" if missing else "") + ". "
+              + (f"{no_config} of {len(runs)} recorded no config (settings, step size unknown); " if no_config else "")
+              + f"{sum(r.legacy for r in runs)} of {len(runs)} are legacy (provenance unknown). "
+              "What they can show: the code trains at this scale for that many iterations without failing"
+              + (" (the scale scripts/fmnist_paper_scale.sh sets; runs without a config did not record it)"
+                 if no_config else "") + ". What "
+              "they cannot show: any ranking of the methods or any of the paper's claims (one seed, a few percent of "
+              "the iterations, settings not all recorded), so no verdict is drawn from them.", ""]
+    cells = cells_of(runs)
+    lines += what_was_run(runs) + score_table(cells)
+    lines += [_curves(runs, out, f"fmnist_{name}", title), "", _grids(root, cells), ""]
+    return lines
+
+
+def measures_of(claim_list) -> list[tuple[tuple[str, str, str], str]]:
+    """Each claim on the final FID, and each "≫" claim also on the curve (the "more quickly" measure)."""
+    return [(c, m) for c in claim_list for m in ("final", "speed") if m == "final" or c[1] == "≫"]
+
+
+def fixed_claims(runs: list[Run], claim_list) -> list[Judged]:
+    present = {r.method for r in runs}
+    return [judge_fixed(c, runs, m) for c, m in measures_of(claim_list) if c[0] in present and c[2] in present]
+
+
+def group_runs(root: Path, folder: str, name: str) -> tuple[list[Run], list[Run]]:
+    """(every run of the group, its preset runs): the sweep's runs with one node (``fig2``) or
+    several (``fig3``), plus the preset's own runs for the main sweep."""
+    one_node = name == "fig2"
+    mine = [r for r in sweep_runs(root, folder) if (r.setting("nodes") == "1") == one_node]
+    if folder != "lr_sweep":
+        return mine, [r for r in mine if r.lr == 2e-4]
+    preset = method_runs(root, root / "fmnist" / name)
+    return mine + preset, preset
+
+
+def chosen_claims(runs: list[Run], claim_list) -> list[Judged]:
+    """Each claim at the step sizes chosen on the selection seeds, judged on the fresh seeds."""
+    chosen = select(runs)
+    return [judge(c, runs, chosen, m) for c, m in measures_of(claim_list)]
 
 
 def sweep_runs(root: Path, folder: str = "lr_sweep") -> list[Run]:
@@ -100,32 +161,28 @@ def variant_folders(root: Path) -> list[str]:
 
 
 def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
-    """Each method at every step size it ran (its seeds), its best step size, and the claims at
-    the best step sizes beside the claims at the presets' shared one. The main sweep
+    """Each method at every step size it ran (its seeds), the step size chosen on the selection
+    seeds (bracketed or not), the claims judged on fresh seeds at the chosen step sizes, speed on
+    the curves, and the claims at the presets' shared step size. The main sweep
     (``lr_sweep``) shares its 2e-4 cells with the Figs. 2 and 3 miniatures; a variant folder
     (``lr_sweep_<variant>``, run with other options such as loop.clip_grad_norm) holds all its own."""
     variant = folder.removeprefix("lr_sweep").lstrip("_")
     lines = [f"## Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}", ""]
     lines += ["The paper compares all methods at one step size (Table 6: 5·10⁻⁵). At the same nominal η the methods "
               "take steps of very different lengths, so each method is run here at several step sizes (the "
-              "miniature presets, seeds as stated) and compared at its best one: the step size with the lowest "
-              "mean final FID (node mean) over its finished seeds, among step sizes where no seed diverged.", ""]
+              "miniature presets, seeds as stated) and compared at its own step size: the one with the lowest "
+              "mean final FID (node mean) over its finished selection seeds, among step sizes where no selection "
+              "seed diverged; the claims are then judged on other seeds.", ""]
     if variant:
         lines[-2] = (f"The same comparison for the runs in `results/fmnist/{folder}/` (the options that differ are "
                      "listed under what was run).")
-    sweep = sweep_runs(root, folder)
     groups = [("one node (Fig. 2 miniature)", "fig2", claims.CLAIMS_FIG2),
               ("M = 5 (Fig. 3 miniature)", "fig3", claims.CLAIMS_FIG3)]
-    if not sweep:
+    if not sweep_runs(root, folder):
         return lines + [f"No committed runs under `results/fmnist/{folder}/`. Command: "
                         "`bash scripts/fmnist_lr_sweep.sh`.", ""]
     for title, name, claim_list in groups:
-        one_node = name == "fig2"
-        mine = [r for r in sweep if (r.setting("nodes") == "1") == one_node]
-        preset = [] if variant else method_runs(root, root / "fmnist" / name)
-        if variant:
-            preset = [r for r in mine if r.lr == 2e-4]
-        mine += [] if variant else preset
+        mine, preset = group_runs(root, folder, name)
         if not mine:
             continue
         cells = cells_of(mine)
@@ -133,22 +190,24 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
         path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
         figures.step_sizes(cells, path)
         lines += [f"![final FID against step size, {title}]({link})", ""]
-        best = best_cells(cells)
-        at_preset = {c.method: c for c in cells_of(preset)}
-        lines += ["| method | best step size | final FID there | final IS there | preset step size | "
-                  "final FID at the preset |", "| --- | --- | --- | --- | --- | --- |"]
-        for method in dict.fromkeys(c.method for c in cells):
-            b, p = best.get(method), at_preset.get(method)
-            lab = (b or p or next(c for c in cells if c.method == method)).label
-            lines.append(f"| {lab} | {lr_text(b.lr) if b else 'none (all diverged or unfinished)'} | "
-                         f"{fmt(b.stat('fid_mean'), 'fid_mean') if b else '–'} | "
-                         f"{fmt(b.stat('is_mean'), 'is_mean') if b else '–'} | {lr_text(p.lr) if p else '–'} | "
-                         f"{fmt(p.stat('fid_mean'), 'fid_mean') if p else '–'} |")
-        at_best = claim_verdicts(claim_list, best)
-        at_shared = claim_verdicts(claim_list, at_preset)
-        lines += ["", f"**Verdict** {SEPARATED}: at each method's best step size: "
-                  + ("; ".join(at_best) or "no claim can be checked") + "; at the presets' shared step size: "
-                  + ("; ".join(at_shared) or "no claim can be checked") + ".", ""]
+        chosen = select(mine)
+        lines += [f"Selection: each method's step size is chosen on seeds {evidence.seed_text(evidence.SELECTION)} "
+                  "only (legacy runs included: a choice, not a verdict); bracketed = a tried step size with a worse "
+                  "mean final FID, or a diverged seed, on each side of it.", ""]
+        lines += selection_table(chosen, mine)
+        judged = chosen_claims(mine, claim_list)
+        lines += [f"Confirmation: each claim at the chosen step sizes, judged on fresh seeds "
+                  f"{evidence.seed_text(evidence.FRESH)} (at least {evidence.FRESH_MIN} finished on both sides, with "
+                  "config and provenance); until then the selection seeds' paired numbers are shown, labelled.", ""]
+        lines += judged_table(judged)
+        lines += ["Speed on the curves, at the chosen step sizes:", ""] + thresholds_table(chosen, mine)
+        lines += threshold_lines(judged)
+        at_preset = fixed_claims(preset, claim_list)
+        lines += ["**Verdict** (final FID): at the chosen step sizes: "
+                  + ("; ".join(f"{j.name}: {j.verdict}" for j in judged if j.measure == "final") or "no claim")
+                  + "; at the presets' shared step size (legacy runs left out): "
+                  + ("; ".join(f"{j.name}: {j.verdict}" for j in at_preset if j.measure == "final") or "no claim")
+                  + ".", ""]
     return lines
 
 
@@ -177,7 +236,8 @@ def bf16(root: Path, out: Output) -> list[str]:
     if both:
         k = both[-1]
         a, b = f32.series("fid_avg_model")[k], b16.series("fid_avg_model")[k]
-        lines += [f"**Verdict:** one seed each, so not a verdict on bf16 in general; at iteration {k}, the last both "
+        legacy = ", runs legacy (provenance unknown)" if f32.legacy or b16.legacy else ""
+        lines += [f"**Observation** (not a verdict: one seed each{legacy}): at iteration {k}, the last both "
                   f"runs evaluated, the averaged model's FID is {b:.1f} with bf16 against {a:.1f} with float32 "
                   f"({'worse' if b > a else 'not worse'} with bf16).", ""]
     return lines

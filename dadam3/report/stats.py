@@ -1,14 +1,22 @@
 """Cells (one method at one step size, its seeds), mean ± sample SD, the best step size, and the
-verdict of a claim "A ≫ B" / "A ≈ B" computed from the numbers.
+one rule that turns two methods' runs into a verdict (:func:`paired` and :func:`verdict`).
 
-Two cells are **separated** when both have n ≥ 2 finished seeds and their means differ by more than
-the sum of their sample SDs; "A ≫ B" holds when A is separated from B and better (lower final FID),
-"A ≈ B" when they are not separated; with n < 2 on either side a claim is not settled.
+The rule (stated once; the report's conventions and docs/experiments.md quote :data:`RULE`): a
+claim compares two methods on the seeds both ran (same seed = same initialisation and data
+stream); per seed the difference a − b of a measure where lower is better (final FID, mean FID
+over the run); its mean and a 95 % t interval (``scipy.stats.ttest_rel``). "A ≫ B" *holds* when
+the interval lies below 0, *does not hold* when it lies above 0 (the reverse), and is *not
+resolved* when it contains 0. "A ≈ B" holds only when the whole interval lies inside ±:data:`MARGIN`
+FID (stated before any run was scored), does not hold when it excludes 0 and leaves the margin,
+and is not resolved otherwise.
 """
 from __future__ import annotations
 
 import statistics
+import warnings
 from dataclasses import dataclass
+
+from scipy import stats as scipy_stats
 
 from dadam3.report.runs import LABEL, Run
 
@@ -82,31 +90,71 @@ def best_cells(cells: list[Cell], key: str = "fid_mean") -> dict[str, Cell]:
     return best
 
 
-def separation(a: Cell, b: Cell, key: str = "fid_mean") -> str:
-    """``better`` / ``worse`` (a than b, separated; lower is better), ``not separated``, ``not settled``."""
-    sa, sb = a.stat(key), b.stat(key)
-    if sa is None or sb is None or sa[2] < 2 or sb[2] < 2:
-        return "not settled"
-    if abs(sa[0] - sb[0]) <= sa[1] + sb[1]:
-        return "not separated"
-    return "better" if sa[0] < sb[0] else "worse"
+MARGIN = 10.0               # FID: "equal" only when the whole interval lies within ± this
+LEVEL = 0.95
+HOLDS, REVERSE, UNRESOLVED = "holds", "does not hold", "not resolved"
+RULE = (f"A claim is judged on the per-seed paired differences a − b (same seed = same initialisation and data "
+        f"stream; lower is better): their mean and a {LEVEL:.0%} t interval (scipy.stats.ttest_rel; at n = 3–5 "
+        "seeds a bootstrap over seeds has too few distinct resamples to cover, and the t interval needs no random "
+        f"numbers). \"A ≫ B\" *{HOLDS}* when the interval lies below 0, *{REVERSE}* when it lies above 0 (the "
+        f"reverse), and is *{UNRESOLVED}* when it contains 0. \"A ≈ B\" holds only when the whole interval lies "
+        f"within ±{MARGIN:g} FID (a margin stated before any run was scored), does not hold when the interval "
+        f"excludes 0 and leaves that margin, and is not resolved otherwise.")
 
 
-def claim_verdicts(claims: list[tuple[str, str, str]], cells: dict[str, Cell], key: str = "fid_mean") -> list[str]:
-    """One phrase per claim (a, relation "≫" or "≈", b) present in ``cells``: holds / does not hold /
-    not settled, with the reason."""
-    out = []
-    for a, rel, b in claims:
-        if a not in cells or b not in cells:
-            continue
-        sep = separation(cells[a], cells[b], key)
-        name = f"{LABEL[a]} {rel} {LABEL[b]}"
-        if sep == "not settled":
-            out.append(f"{name}: not settled (fewer than 2 finished seeds)")
-        elif rel == "≫":
-            out.append(f"{name}: " + {"better": "holds", "worse": "does not hold (the reverse, separated)",
-                                      "not separated": "does not hold (not separated)"}[sep])
-        else:
-            out.append(f"{name}: " + ("holds (not separated)" if sep == "not separated" else
-                                      f"does not hold ({LABEL[a] if sep == 'better' else LABEL[b]} better, separated)"))
-    return out
+@dataclass(frozen=True)
+class Paired:
+    """Per-seed differences a − b of one measure, their mean and the 95 % t interval."""
+    seeds: tuple
+    diffs: tuple[float, ...]
+    mean: float
+    low: float
+    high: float
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    def text(self, unit: str = "FID") -> str:
+        """``−12.3 FID [−20.1, −4.5], n = 5 (seeds 3–7)``."""
+        return (f"{self.mean:+.1f} {unit} [{self.low:+.1f}, {self.high:+.1f}], n = {self.n} "
+                f"(seeds {seed_text(self.seeds)})")
+
+
+def seed_text(seeds) -> str:
+    """``0–2`` for a run of consecutive seeds, else ``0, 2, 5``."""
+    s = sorted(seeds, key=str)
+    if len(s) > 2 and all(isinstance(x, int) for x in s) and s == list(range(s[0], s[-1] + 1)):
+        return f"{s[0]}–{s[-1]}"
+    return ", ".join(map(str, s))
+
+
+def paired(a: dict, b: dict) -> Paired | None:
+    """The paired differences ``a[seed] − b[seed]`` over the seeds both have; None below 2 seeds."""
+    seeds = tuple(sorted(set(a) & set(b), key=str))
+    if len(seeds) < 2:
+        return None
+    xa, xb = [a[s] for s in seeds], [b[s] for s in seeds]
+    diffs = tuple(x - y for x, y in zip(xa, xb))
+    mean = statistics.fmean(diffs)
+    if statistics.stdev(diffs) == 0.0:          # identical differences: the interval is the point
+        return Paired(seeds, diffs, mean, mean, mean)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ci = scipy_stats.ttest_rel(xa, xb).confidence_interval(LEVEL)
+    return Paired(seeds, diffs, mean, float(ci.low), float(ci.high))
+
+
+def verdict(relation: str, p: Paired | None, a: str = "A", b: str = "B") -> str:
+    """The rule (:data:`RULE`) for "a ≫ b" or "a ≈ b" on the paired differences ``p``."""
+    if p is None:
+        return f"{UNRESOLVED} (fewer than 2 paired seeds)"
+    if relation == "≫":
+        if p.high < 0:
+            return HOLDS
+        return f"{REVERSE} (the reverse: {b} better)" if p.low > 0 else UNRESOLVED
+    if -MARGIN <= p.low and p.high <= MARGIN:
+        return f"{HOLDS} (equal within ±{MARGIN:g} FID)"
+    if p.low > 0 or p.high < 0:
+        return f"{REVERSE} ({a if p.high < 0 else b} better)"
+    return UNRESOLVED
