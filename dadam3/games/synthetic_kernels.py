@@ -79,7 +79,7 @@ def _trial(kernel: Kernel) -> None:
     h = cls.Hyper(**{name: float(hp.default) for name, hp in cls.HPARAMS.items()})
     points = tuple(np.zeros(2) for _ in range(1 + len(cls.OWN)))
     state = tuple(np.zeros(2) for _ in cls.STATE)
-    rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(2))
     kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), np.ones((1, 1, 1)), (1.0, 0.0), rec, 0)
 
 
@@ -88,12 +88,14 @@ def _trial(kernel: Kernel) -> None:
 def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
     """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``START`` first when k0 = 0);
     ``points`` and the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` =
-    (zstar, acc, log_its, err_out, r_out). Returns (next index into ``log_its``, iterations done);
+    (zstar, acc, log_its, err_out, r_out, hit): ``hit`` = (e*, first iteration k with e_k <= e*, 0.0
+    while none), e_k computed at every iteration until then, exactly as at a logged one
+    (:func:`_error`). Returns (next index into ``log_its``, iterations done);
     stops early after the first iteration whose point is not finite. Bound by :func:`bind`:
     ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
     p = points[0]
     c, kk = game
-    acc, log_its = rec[1], rec[2]
+    acc, log_its, zstar, hit = rec[1], rec[2], rec[0], rec[5]
     g = np.zeros_like(p)
     work = np.empty_like(p)
     t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
@@ -104,6 +106,8 @@ def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
         k = k0 + n + 1
         theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
         total += sq
+        if hit[1] == 0.0 and _error(theta, alpha, zstar) <= hit[0]:
+            hit[1] = k
         if li < log_its.shape[0] and log_its[li] == k:
             _record(theta, alpha, total / k, rec, li)
             li += 1
@@ -167,11 +171,17 @@ def _mean_grad_sq(z, mean_a, kk):
 @njit_cached
 def _record(t, a, r, rec, li):
     """At a logged iteration: e_k of z_bar = (t, a) into ``err_out[li]``, R_k = ``r`` into ``r_out[li]``."""
-    zstar, err_out, r_out = rec[0], rec[3], rec[4]
+    err_out, r_out = rec[3], rec[4]
+    err_out[li] = _error(t, a, rec[0])
+    r_out[li] = r
+
+
+@njit(inline="always")
+def _error(t, a, zstar):
+    """e_k = ||z_bar - z*|| / ||z*|| of z_bar = (t, a)."""
     d0 = t - zstar[0]
     d1 = a - zstar[1]
-    err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
-    r_out[li] = r
+    return math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
 
 
 @njit(inline="always")
