@@ -7,7 +7,7 @@ M in :data:`NODES` nodes, every topology of :data:`TOPOLOGIES`, t in :data:`ROUN
 per mixing, game seed 0 (the same sample stream in every cell: a paired design), plus game
 seeds :data:`EXTRA_SEEDS` for Dadam3 at t = 1. Erdos-Renyi: p = :func:`er_p` (twice the
 connectivity threshold ln M / M), graph seeds :data:`GRAPH_SEEDS`. N = :data:`ITERATIONS`, and
-:data:`LONG` on the ring at t = 1 (the slowest-mixing graph at each M). A (topology, M) that
+:data:`LONG` on the ring at t = 1, game seed 0 (the slowest-mixing graph at each M). A (topology, M) that
 ``dadam3/topology.py`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
 reason, not run.
 
@@ -54,7 +54,7 @@ ROUNDS = (1, 2, 3, 5, 8)
 GRAPH_SEEDS = (0, 1, 2)            # Erdos-Renyi draws
 EXTRA_SEEDS = (1, 2)               # game seeds beside 0, for Dadam3 at t = 1
 ITERATIONS = 1_000_000
-LONG = 10_000_000                  # the ring at t = 1
+LONG = 10_000_000                  # the ring at t = 1, game seed 0
 # a tiny grid for the tests: an easy game (c = 2, k = 0.5, eta = 0.05) that reaches e_k <= 10^-2 in ~100 iterations
 SMOKE = dict(nodes=(4,), topologies=("ring", "erdos_renyi"), rounds=(1, 2), graph_seeds=(0,), extra_seeds=(1,),
              iterations=300, long=600, extra=("game.c=2", "game.k=0.5", "optimizer.lr=0.05"))
@@ -126,9 +126,11 @@ def grid(smoke: bool = False) -> tuple[list[Cell], list[dict]]:
                 continue
             for opt in OPTIMIZERS:
                 for t in g["rounds"]:
-                    n = g["long"] if (topo, t) == ("ring", 1) else g["iterations"]
                     seeds = (0, *g["extra_seeds"]) if (opt, t) == ("dadam3", 1) else (0,)
-                    cells += [Cell(opt, M, topo, t, n, s, gs, g["extra"]) for gs in graph_seeds for s in seeds]
+                    for gs in graph_seeds:
+                        for s in seeds:
+                            n = g["long"] if (topo, t, s) == ("ring", 1, 0) else g["iterations"]
+                            cells.append(Cell(opt, M, topo, t, n, s, gs, g["extra"]))
     return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2), skipped
 
 
