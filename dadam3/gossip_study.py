@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -277,6 +278,10 @@ def main(argv=None) -> None:
     except KeyboardInterrupt:
         print("gossip study: interrupted; finished cells are kept, rerun to go on", file=sys.stderr)
         sys.exit(130)
+    except BrokenProcessPool:
+        print("gossip study: a worker process ended abruptly (killed?); finished cells are kept, rerun to go on",
+              file=sys.stderr)
+        sys.exit(1)
     except (OSError, Diverged) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -15,8 +15,9 @@ loop equal to the torch optimizers step by step (float64) on the same sample str
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
 Buffers are flat, node-major: ``[theta_0, alpha_0, theta_1, alpha_1, ...]``; ``points`` is the
-parameters (the gradient point) followed by the skeleton's own buffers; ``ops[(m-1) % P]`` is
-iteration m's mixing operator W_m^t.
+parameters (the gradient point) followed by the skeleton's own buffers; ``ops`` = (W [P, M, M],
+cols [P, M, M], count [P, M]): ``W[(m-1) % P]`` is iteration m's mixing operator W_m^t and row i's
+nonzero columns are ``cols[., i, :count[., i]]`` (:func:`dadam3.games.synthetic_run.sparse_operators`).
 
 An algorithm whose math numba cannot compile runs on the game through the torch optimizers
 (``engine=torch``): :func:`kernel_for` returns None for it.
@@ -80,7 +81,8 @@ def _trial(kernel: Kernel) -> None:
     points = tuple(np.zeros(2) for _ in range(1 + len(cls.OWN)))
     state = tuple(np.zeros(2) for _ in cls.STATE)
     rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(2))
-    kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), np.ones((1, 1, 1)), (1.0, 0.0), rec, 0)
+    ops = (np.ones((1, 1, 1)), np.zeros((1, 1, 1), dtype=np.int64), np.ones((1, 1), dtype=np.int64))
+    kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), ops, (1.0, 0.0), rec, 0)
 
 
 # ---------------------------------------------------------------- the game and the loop
@@ -124,7 +126,7 @@ def game_round(k, ops, t, a, g, points, state, work):
     """One round of step k: ``PHASE`` over the node buffers, ``points[INTO] <- W_{k+OFFSET}^t work``,
     then ``THEN`` (bound by :func:`_chain`)."""
     element_pass(PHASE, DIRECTION, g, t, a, points[0], points[1:], state, work)  # noqa: F821 - bound
-    _mix(ops[(k + OFFSET - 1) % ops.shape[0]], work, points[INTO])                # noqa: F821 - bound
+    _mix(ops, (k + OFFSET - 1) % ops[0].shape[0], work, points[INTO])              # noqa: F821 - bound
     THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
 
 
@@ -142,12 +144,18 @@ def _operator(z, is_c, c, kk, g):
 
 
 @njit(inline="always")
-def _mix(W, src, dst):
+def _mix(ops, phase, src, dst):
+    """dst <- W src with W = ``ops[0][phase]``, node by node; row i sums its nonzero entries only
+    (``ops[1][phase, i, :ops[2][phase, i]]``, ascending column index): the dense row's sum with the
+    exact zeros left out, which add nothing (+0.0 or -0.0 to a sum started at +0.0), so the same
+    float64 result at the cost of the graph's edges rather than M^2 (64 nodes on a ring: 3 of 64)."""
+    W, cols, count = ops[0][phase], ops[1][phase], ops[2][phase]
     M = W.shape[0]
     for i in range(M):
         for q in range(2):
             s = 0.0
-            for j in range(M):
+            for c in range(count[i]):
+                j = cols[i, c]
                 s += W[i, j] * src[2 * j + q]
             dst[2 * i + q] = s
 

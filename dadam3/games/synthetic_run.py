@@ -119,9 +119,21 @@ def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
     return np.stack([topo.operator(k) for k in range(1, period + 1)])
 
 
+def sparse_operators(ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ops, cols, count): ``cols[p, i, :count[p, i]]`` are the columns of row i of ``ops[p]``
+    that are not zero, ascending (the compiled loop's mixing sums those only)."""
+    P, M, _ = ops.shape
+    cols, count = np.zeros((P, M, M), dtype=np.int64), np.zeros((P, M), dtype=np.int64)
+    for p in range(P):
+        for i in range(M):
+            nz = np.flatnonzero(ops[p, i])
+            cols[p, i, :len(nz)], count[p, i] = nz, len(nz)
+    return np.ascontiguousarray(ops), cols, count
+
+
 def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its, stop):
     cls = kernel.cls
-    ops = np.ascontiguousarray(_mixing_operators(mixer, nodes))
+    ops = sparse_operators(_mixing_operators(mixer, nodes))
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     hit = np.array([TARGET_ERROR, 0.0])                  # (e*, first iteration with e_k <= e*; 0: none yet)
     rec = (game.fne(), np.zeros(1), log_its, err, r, hit)
