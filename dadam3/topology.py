@@ -79,7 +79,7 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
     """
     check_nodes(M)
     if rows is None:
-        rows = torus_rows(M)
+        rows = max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
         if rows == 1 and M > 3:
             raise ConfigError("name", "torus", "{nodes} has no factorisation r x c with r, c >= 2: the torus "
                               "would be a ring; use {name=ring} or another nodes", {"nodes": M, "name": "torus"})
@@ -96,12 +96,6 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
                 if j != i:
                     A[i, j] = A[j, i] = 1.0
     return metropolis_hastings(A)
-
-
-def torus_rows(M: int) -> int:
-    """The rows of the torus of M nodes when none are given: the most square factorisation
-    ``rows x (M // rows)``, rows <= cols (1 for a prime M: no torus)."""
-    return max(r for r in range(1, int(math.isqrt(M)) + 1) if M % r == 0)
 
 
 def star(M: int) -> np.ndarray:

@@ -77,6 +77,15 @@ def test_section_on_hand_made_cells(tree):
     assert (tree / "report" / "gossip_rounds.png").is_file() and (tree / "report" / "gossip_bytes.png").is_file()
 
 
+def test_torus_rows_is_the_layout_topology_builds():
+    import numpy as np
+    from dadam3.topology import torus
+    for M in (16, 64, 12):
+        rows = sg.torus_rows(M)
+        np.testing.assert_array_equal(torus(M), torus(M, rows=rows))
+    assert (sg.torus_rows(16), sg.torus_rows(64), sg.torus_rows(12)) == (4, 8, 3)
+
+
 def test_no_cells_names_the_command(tmp_path):
     text = "\n".join(sg.section(tmp_path, Output(tmp_path)))
     assert "No committed runs under `results/gossip/`. Command: `bash experiments/gossip_rounds.sh`." in text

@@ -19,7 +19,6 @@ from dadam3.report import figures
 from dadam3.report.common import what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import UNKNOWN, Run
-from dadam3.topology import torus_rows
 
 TITLE = "Beyond the paper: gossip rounds and topology"
 NAMES = {"ring": "ring", "torus": "torus", "exponential": "exponential", "one_peer_exponential": "one-peer exponential",
@@ -58,6 +57,12 @@ def _run(root: Path, s: dict) -> Run:
     cfg_path, prov = d / ".hydra" / "config.yaml", d / "provenance.json"
     cfg = (yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else None) or {}
     return Run(s["rel"], s["optimizer"], s["seed"], cfg, json.loads(prov.read_text()) if prov.is_file() else [])
+
+
+def torus_rows(M: int) -> int:
+    """The rows of the torus ``dadam3.topology.torus`` builds at M nodes without ``rows``: the most square
+    factorisation rows × (M // rows), rows <= cols (the test checks the two agree)."""
+    return max(r for r in range(1, math.isqrt(M) + 1) if M % r == 0)
 
 
 def graph_key(s: dict) -> tuple:
