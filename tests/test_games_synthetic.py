@@ -6,7 +6,7 @@ import pytest
 from dadam3.errors import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
-from dadam3.games.synthetic_run import run_synthetic
+from dadam3.games.synthetic_run import TARGET_ERROR, run_synthetic
 from dadam3.schema import compose, synthetic_settings
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
@@ -59,7 +59,29 @@ def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, r
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
     np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)
+    assert fast.first_hit == ref.first_hit
     assert not np.allclose(ref.error, ref.error[0])  # the run moved
+
+
+def test_first_hit_is_the_first_iteration_with_error_at_most_the_target(monkeypatch):
+    """The loop's first iteration with e_k <= 10^-2, found at every iteration (not only at the
+    logged ones), against a plain Python loop over every iteration's e_k, and the torch engine's."""
+    game, hp = SyntheticGame(c=2.0, k=0.5), dict(PAPER, lr=0.05, beta2=1 / (1 + 2.0 ** 2))
+    kw = dict(nodes=3, iterations=200, seed=1, topology={"name": "ring", "rounds": 1})
+    every = np.arange(1, 201)
+    logged = run_synthetic(game, "dadam3", hp, log_its=every, **kw)
+    plain = None
+    for k, e in zip(every, logged.error):
+        if e <= TARGET_ERROR:
+            plain = int(k)
+            break
+    assert plain is not None and 10 < plain < 200
+    monkeypatch.setattr(synthetic_run, "CHUNK", 37)          # the hit lies past a chunk's end
+    sparse = run_synthetic(game, "dadam3", hp, **kw)         # ~50 logged iterations, the hit not among them
+    assert plain not in sparse.iteration.tolist()
+    assert logged.first_hit == sparse.first_hit == plain
+    assert run_synthetic(game, "dadam3", hp, engine="torch", **kw).first_hit == plain
+    assert run_synthetic(game, "dadam3", hp, **{**kw, "iterations": plain - 1}).first_hit is None
 
 
 def test_dadam3_finds_the_fne_and_dp_oadam_does_not():

@@ -15,8 +15,9 @@ loop equal to the torch optimizers step by step (float64) on the same sample str
 of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
 
 Buffers are flat, node-major: ``[theta_0, alpha_0, theta_1, alpha_1, ...]``; ``points`` is the
-parameters (the gradient point) followed by the skeleton's own buffers; ``ops[(m-1) % P]`` is
-iteration m's mixing operator W_m^t.
+parameters (the gradient point) followed by the skeleton's own buffers; ``ops`` = (W [P, M, M],
+cols [P, M, M], count [P, M]): ``W[(m-1) % P]`` is iteration m's mixing operator W_m^t and row i's
+nonzero columns are ``cols[., i, :count[., i]]`` (:func:`dadam3.games.synthetic_run.sparse_operators`).
 
 An algorithm whose math numba cannot compile runs on the game through the torch optimizers
 (``engine=torch``): :func:`kernel_for` returns None for it.
@@ -79,8 +80,9 @@ def _trial(kernel: Kernel) -> None:
     h = cls.Hyper(**{name: float(hp.default) for name, hp in cls.HPARAMS.items()})
     points = tuple(np.zeros(2) for _ in range(1 + len(cls.OWN)))
     state = tuple(np.zeros(2) for _ in cls.STATE)
-    rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
-    kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), np.ones((1, 1, 1)), (1.0, 0.0), rec, 0)
+    rec = (np.ones(2), np.zeros(1), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(2))
+    ops = (np.ones((1, 1, 1)), np.zeros((1, 1, 1), dtype=np.int64), np.ones((1, 1), dtype=np.int64))
+    kernel.run(h, 0, points, state, np.zeros((0, 1), dtype=np.bool_), ops, (1.0, 0.0), rec, 0)
 
 
 # ---------------------------------------------------------------- the game and the loop
@@ -88,12 +90,14 @@ def _trial(kernel: Kernel) -> None:
 def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
     """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``START`` first when k0 = 0);
     ``points`` and the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` =
-    (zstar, acc, log_its, err_out, r_out). Returns (next index into ``log_its``, iterations done);
+    (zstar, acc, log_its, err_out, r_out, hit): ``hit`` = (e*, first iteration k with e_k <= e*, 0.0
+    while none), e_k computed at every iteration until then, exactly as at a logged one
+    (:func:`_error`). Returns (next index into ``log_its``, iterations done);
     stops early after the first iteration whose point is not finite. Bound by :func:`bind`:
     ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
     p = points[0]
     c, kk = game
-    acc, log_its = rec[1], rec[2]
+    acc, log_its, zstar, hit = rec[1], rec[2], rec[0], rec[5]
     g = np.zeros_like(p)
     work = np.empty_like(p)
     t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
@@ -104,6 +108,8 @@ def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
         k = k0 + n + 1
         theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
         total += sq
+        if hit[1] == 0.0 and _error(theta, alpha, zstar) <= hit[0]:
+            hit[1] = k
         if li < log_its.shape[0] and log_its[li] == k:
             _record(theta, alpha, total / k, rec, li)
             li += 1
@@ -120,7 +126,7 @@ def game_round(k, ops, t, a, g, points, state, work):
     """One round of step k: ``PHASE`` over the node buffers, ``points[INTO] <- W_{k+OFFSET}^t work``,
     then ``THEN`` (bound by :func:`_chain`)."""
     element_pass(PHASE, DIRECTION, g, t, a, points[0], points[1:], state, work)  # noqa: F821 - bound
-    _mix(ops[(k + OFFSET - 1) % ops.shape[0]], work, points[INTO])                # noqa: F821 - bound
+    _mix(ops, (k + OFFSET - 1) % ops[0].shape[0], work, points[INTO])              # noqa: F821 - bound
     THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
 
 
@@ -138,12 +144,18 @@ def _operator(z, is_c, c, kk, g):
 
 
 @njit(inline="always")
-def _mix(W, src, dst):
+def _mix(ops, phase, src, dst):
+    """dst <- W src with W = ``ops[0][phase]``, node by node; row i sums its nonzero entries only
+    (``ops[1][phase, i, :ops[2][phase, i]]``, ascending column index): the dense row's sum with the
+    exact zeros left out, which add nothing (+0.0 or -0.0 to a sum started at +0.0), so the same
+    float64 result at the cost of the graph's edges rather than M^2 (64 nodes on a ring: 3 of 64)."""
+    W, cols, count = ops[0][phase], ops[1][phase], ops[2][phase]
     M = W.shape[0]
     for i in range(M):
         for q in range(2):
             s = 0.0
-            for j in range(M):
+            for c in range(count[i]):
+                j = cols[i, c]
                 s += W[i, j] * src[2 * j + q]
             dst[2 * i + q] = s
 
@@ -167,11 +179,17 @@ def _mean_grad_sq(z, mean_a, kk):
 @njit_cached
 def _record(t, a, r, rec, li):
     """At a logged iteration: e_k of z_bar = (t, a) into ``err_out[li]``, R_k = ``r`` into ``r_out[li]``."""
-    zstar, err_out, r_out = rec[0], rec[3], rec[4]
+    err_out, r_out = rec[3], rec[4]
+    err_out[li] = _error(t, a, rec[0])
+    r_out[li] = r
+
+
+@njit(inline="always")
+def _error(t, a, zstar):
+    """e_k = ||z_bar - z*|| / ||z*|| of z_bar = (t, a)."""
     d0 = t - zstar[0]
     d1 = a - zstar[1]
-    err_out[li] = math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
-    r_out[li] = r
+    return math.sqrt(d0 * d0 + d1 * d1) / math.sqrt(zstar[0] ** 2 + zstar[1] ** 2)
 
 
 @njit(inline="always")

@@ -1,0 +1,291 @@
+"""``python -m dadam3.gossip_study``: how many gossip rounds the synthetic game of Section 5.1 needs,
+per topology and node count (issue 36; ``experiments/gossip_rounds.sh`` runs it).
+
+The grid (:func:`grid`): Dadam3 and DP-OAdam at the paper's Section 5.1 settings (the
+``synthetic`` config's defaults: c, k, eta, the betas; every node draws its own game), on
+M in :data:`NODES` nodes, every topology of :data:`TOPOLOGIES`, t in :data:`ROUNDS` gossip rounds
+per mixing, game seed 0 (the same sample stream in every cell: a paired design), plus game
+seeds :data:`EXTRA_SEEDS` for Dadam3 at t = 1. Erdos-Renyi: p = :func:`er_p` (twice the
+connectivity threshold ln M / M), graph seeds :data:`GRAPH_SEEDS`. N = :data:`ITERATIONS`, and
+:data:`LONG` on the ring at t = 1, game seed 0 (the slowest-mixing graph at each M). A (topology, M) that
+``dadam3/topology.py`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
+reason, not run.
+
+Each cell is a run directory ``<out>/<optimizer>/M<M>/<graph>/t<t>[_seed<s>]/`` in the format of
+``python -m dadam3.synthetic`` (``metrics.csv`` at ~50 log-spaced iterations, ``status.json``,
+``.hydra/config.yaml`` and ``overrides.yaml``: rerun one with ``python -m dadam3.synthetic
+<overrides>``), plus ``provenance.json`` (code commit, versions, CPU) and, written last,
+``summary.json``: final e_N and R_N, the first iteration with e_k <= 10^-2 (computed at every
+iteration by the loop; null: never), rho of the graph, and the bytes each node sent, counted by
+the optimizer's own mixer (:func:`mixer_bytes`). A cell with a ``summary.json`` is finished and
+skipped, so the study resumes where it stopped; ``--jobs`` cells run side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dadam3.errors import ConfigError, Diverged
+from dadam3.games.synthetic import SyntheticGame
+from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
+from dadam3.job_log import _code_commit, record_provenance
+from dadam3.mixing import Mixer
+from dadam3.optim import build_optimizer, mixer_for
+from dadam3.schema import compose, synthetic_settings
+from dadam3.synthetic import write_results
+from dadam3.topology import Topology, build_topology, spectral_gap_rho
+
+OPTIMIZERS = ("dadam3", "dp_oadam")
+NODES = (5, 16, 64)
+TOPOLOGIES = ("ring", "torus", "exponential", "one_peer_exponential", "erdos_renyi", "complete")
+ROUNDS = (1, 2, 3, 5, 8)
+GRAPH_SEEDS = (0, 1, 2)            # Erdos-Renyi draws
+EXTRA_SEEDS = (1, 2)               # game seeds beside 0, for Dadam3 at t = 1
+ITERATIONS = 1_000_000
+LONG = 10_000_000                  # the ring at t = 1, game seed 0
+# a tiny grid for the tests: an easy game (c = 2, k = 0.5, eta = 0.05) that reaches e_k <= 10^-2 in ~100 iterations
+SMOKE = dict(nodes=(4,), topologies=("ring", "erdos_renyi"), rounds=(1, 2), graph_seeds=(0,), extra_seeds=(1,),
+             iterations=300, long=600, extra=("game.c=2", "game.k=0.5", "optimizer.lr=0.05"))
+SUMMARY, STUDY = "summary.json", "study.json"
+
+
+def er_p(nodes: int) -> float:
+    """Erdos-Renyi's edge probability at M nodes: 2 ln M / M (twice the connectivity threshold), 2 decimals."""
+    return round(min(1.0, 2 * math.log(nodes) / nodes), 2)
+
+
+@dataclass(frozen=True)
+class Cell:
+    optimizer: str
+    nodes: int
+    topology: str
+    rounds: int
+    iterations: int
+    seed: int = 0                  # the game's sample stream
+    graph_seed: int | None = None  # Erdos-Renyi only
+    extra: tuple[str, ...] = ()    # further overrides (the smoke grid's game)
+
+    @property
+    def graph(self) -> str:
+        return self.topology if self.graph_seed is None else f"{self.topology}_seed{self.graph_seed}"
+
+    @property
+    def path(self) -> str:
+        seed = f"_seed{self.seed}" if self.seed else ""
+        return f"{self.optimizer}/M{self.nodes}/{self.graph}/t{self.rounds}{seed}"
+
+    def topology_options(self) -> dict:
+        return {} if self.graph_seed is None else {"p": er_p(self.nodes), "seed": self.graph_seed}
+
+    def overrides(self) -> list[str]:
+        """The command line of ``python -m dadam3.synthetic`` that reruns this cell (without its directory)."""
+        return [f"optimizer={self.optimizer}", f"topology={self.topology}", *self.values()]
+
+    def values(self) -> list[str]:
+        opts = [f"topology.{k}={v}" for k, v in self.topology_options().items()]
+        return [f"topology.rounds={self.rounds}", *opts, f"nodes={self.nodes}", f"iterations={self.iterations}",
+                f"seed={self.seed}", *self.extra]
+
+
+def cell_config(cell: Cell) -> DictConfig:
+    """The cell's composed config: ``compose("synthetic", cell.overrides())``, with Hydra's
+    composition done once per (optimizer, topology) and the cell's values merged into a copy
+    (Hydra costs ~1 s a call; the test proves the two equal)."""
+    return OmegaConf.merge(_composed(cell.optimizer, cell.topology), OmegaConf.from_dotlist(cell.values()))
+
+
+@lru_cache(maxsize=None)
+def _composed(optimizer: str, topology: str) -> DictConfig:
+    return compose("synthetic", [f"optimizer={optimizer}", f"topology={topology}"])
+
+
+def grid(smoke: bool = False) -> tuple[list[Cell], list[dict]]:
+    """The study's cells (the costliest first), and the (topology, M) that cannot be built, with why."""
+    g = SMOKE if smoke else dict(nodes=NODES, topologies=TOPOLOGIES, rounds=ROUNDS, graph_seeds=GRAPH_SEEDS,
+                                 extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, long=LONG, extra=())
+    cells, skipped = [], []
+    for M in g["nodes"]:
+        for topo in g["topologies"]:
+            graph_seeds = g["graph_seeds"] if topo == "erdos_renyi" else (None,)
+            try:
+                build_topology(topo, M, **({"p": er_p(M)} if topo == "erdos_renyi" else {}))
+            except ConfigError as e:
+                skipped.append({"topology": topo, "nodes": M, "reason": str(e)})
+                continue
+            for opt in OPTIMIZERS:
+                for t in g["rounds"]:
+                    seeds = (0, *g["extra_seeds"]) if (opt, t) == ("dadam3", 1) else (0,)
+                    for gs in graph_seeds:
+                        for s in seeds:
+                            n = g["long"] if (topo, t, s) == ("ring", 1, 0) else g["iterations"]
+                            cells.append(Cell(opt, M, topo, t, n, s, gs, g["extra"]))
+    return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2), skipped
+
+
+# ------------------------------------------------------------------------------- one cell
+
+def rho_per_round(topo: Topology) -> float:
+    """rho of one gossip round: ||W - 11^T/M||_2 of a static W; of a time-varying schedule the
+    per-round geometric mean rho(W_P ... W_1)^(1/P) over its period P."""
+    return topo.rho if not topo.time_varying else topo.rho ** (1.0 / topo.period)
+
+
+def mixer_bytes(optimizer: str, hparams: dict, mixer: Mixer, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mixer's own count (``Mixer.bytes_sent``, [M] per node) of the torch optimizer on this
+    game's buffers (theta and alpha, float64): after its start, and after each of the iterations
+    1..P of one period of the schedule (P = 1 for a static W), cumulative."""
+    theta = torch.zeros(nodes, 1, dtype=torch.float64)
+    alpha = torch.zeros(nodes, 1, dtype=torch.float64)
+    opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hparams)
+    start = mixer.bytes_sent.copy()
+    period = []
+    for _ in range(mixer.topology.period if mixer.topology.time_varying else 1):
+        theta.grad, alpha.grad = torch.zeros_like(theta), torch.zeros_like(alpha)
+        opt.step()
+        period.append(mixer.bytes_sent.copy())
+    return start, np.array(period)
+
+
+def bytes_after(k: int, start: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """Bytes each node sent by the end of iteration k (the schedule repeats every len(period))."""
+    P = len(period)
+    per = period[-1] - start
+    return start + (k // P) * per + (period[k % P - 1] - start if k % P else 0.0)
+
+
+def run_cell(cell: Cell, out: Path) -> dict:
+    """Run one cell into ``out / cell.path`` and return its summary (also written, last)."""
+    cfg = cell_config(cell)
+    s = synthetic_settings(cfg)
+    o, t = s.optimizer, s.topology
+    mixer = mixer_for(o.name, s.nodes, t.name, t.rounds, **t.options)
+    topo = mixer.topology
+    start, period = mixer_bytes(o.name, dict(o.hparams), mixer, s.nodes)
+    d = out / cell.path
+    d.mkdir(parents=True, exist_ok=True)
+    (d / SUMMARY).unlink(missing_ok=True)
+    (d / ".hydra").mkdir(exist_ok=True)
+    (d / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (d / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cell.overrides())))
+    (d / "provenance.json").unlink(missing_ok=True)
+    record_provenance(d, "cpu", 0)
+    t0 = time.perf_counter()
+    try:
+        result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
+                               seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options})
+        status = {"status": "finished", "iteration": s.iterations}
+    except SyntheticDiverged as e:
+        result, status = e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)}
+    seconds = time.perf_counter() - t0
+    write_results(d, result, status)
+    summary = summarize(cell, result, status["status"], topo, start, period)
+    tmp = d / f".{SUMMARY}.tmp"
+    tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(tmp, d / SUMMARY)
+    return {**summary, "seconds": seconds}
+
+
+def summarize(cell: Cell, result, status: str, topo: Topology, start: np.ndarray, period: np.ndarray) -> dict:
+    """``summary.json``: the cell, its final e_N and R_N, the first iteration with e_k <= e*, rho
+    (per round; of W^t; of a time-varying schedule's period) and bytes per node (mean, max over nodes)."""
+    rho, hit = rho_per_round(topo), result.first_hit
+    sent = bytes_after(hit, start, period) if hit else None
+    logged = len(result.iteration) > 0
+    cell_keys = {k: v for k, v in asdict(cell).items() if k != "extra"}
+    return {**cell_keys, "p": cell.topology_options().get("p"), "status": status,
+            "final_iteration": int(result.iteration[-1]) if logged else 0,
+            "final_error": float(result.error[-1]) if logged else None,
+            "final_avg_grad_sq_norm": float(result.avg_grad_sq_norm[-1]) if logged else None,
+            "target_error": TARGET_ERROR, "first_hit": hit,
+            "rho": rho, "log_inv_rho": math.log(1 / rho) if rho > 0 else None,
+            "rho_operator": spectral_gap_rho(topo.operator(1)),
+            "rho_period": topo.rho if topo.time_varying else None,
+            "bytes_per_iteration_mean": float(np.mean(period[-1] - start) / len(period)),
+            "bytes_to_hit_mean": float(sent.mean()) if hit else None,
+            "bytes_to_hit_max": float(sent.max()) if hit else None}
+
+
+def _warm_up() -> None:
+    """Compile (or load) both optimizers' loops once, before the workers fork."""
+    for opt in OPTIMIZERS:
+        s = synthetic_settings(compose("synthetic", [f"optimizer={opt}", "nodes=2", "iterations=2"]))
+        run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), opt, s.optimizer.hparams, 2, 2)
+
+
+# ------------------------------------------------------------------------------- the study
+
+def study(out: Path, jobs: int, smoke: bool) -> int:
+    """Every unfinished cell of the grid into ``out``, ``jobs`` at a time; returns the number run."""
+    cells, skipped = grid(smoke)
+    todo = [c for c in cells if not (out / c.path / SUMMARY).is_file()]
+    commit = _code_commit()
+    print(f"gossip study: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, {jobs} side "
+          f"by side, into {out} (code {commit})", flush=True)
+    if commit.endswith("+dirty"):
+        print("warning: the working tree has uncommitted changes: provenance.json will say +dirty", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"optimizers": OPTIMIZERS, "nodes": sorted({c.nodes for c in cells}), "target_error": TARGET_ERROR,
+            "er_p": {str(M): er_p(M) for M in sorted({c.nodes for c in cells})}, "cells": len(cells),
+            "not_built": skipped, "smoke": smoke}
+    (out / STUDY).write_text(json.dumps(spec, indent=1) + "\n")
+    if not todo:
+        return 0
+    _warm_up()
+    t0, done = time.perf_counter(), 0
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_cell, c, out): c for c in todo}
+        try:
+            for f in as_completed(futures):
+                r = f.result()
+                done += 1
+                hit = "never" if r["first_hit"] is None else str(r["first_hit"])
+                print(f"[{done}/{len(todo)}] {futures[f].path}: e_k <= {TARGET_ERROR:g} first at {hit}, final e_N "
+                      f"{r['final_error']:.3g} ({r['status']}, {r['seconds']:.1f} s)", flush=True)
+        except KeyboardInterrupt:
+            pool.shutdown(cancel_futures=True)
+            raise
+    print(f"gossip study: {done} cells in {time.perf_counter() - t0:.0f} s", flush=True)
+    return done
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m dadam3.gossip_study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("results/gossip"), help="results folder (default results/gossip)")
+    p.add_argument("--jobs", type=int, default=2, help="cells side by side (default 2)")
+    p.add_argument("--smoke", action="store_true", help="a tiny grid (seconds), for the tests")
+    a = p.parse_args(argv)
+    if a.jobs < 1:
+        print(f"error: --jobs={a.jobs}: must be an integer >= 1", file=sys.stderr)
+        sys.exit(2)
+    if a.out.exists() and not a.out.is_dir():
+        print(f"error: --out={a.out}: not a directory", file=sys.stderr)
+        sys.exit(2)
+    try:
+        study(a.out, a.jobs, a.smoke)
+    except KeyboardInterrupt:
+        print("gossip study: interrupted; finished cells are kept, rerun to go on", file=sys.stderr)
+        sys.exit(130)
+    except BrokenProcessPool:
+        print("gossip study: a worker process ended abruptly (killed?); finished cells are kept, rerun to go on",
+              file=sys.stderr)
+        sys.exit(1)
+    except (OSError, Diverged) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
