@@ -63,6 +63,16 @@ def parse_record(line: str) -> dict | None:
         return None
 
 
+def read_records(path: Path) -> list[dict]:
+    """The complete records of a JSONL log (:func:`parse_record`; empty if it cannot be read):
+    what a reader that must not stop on a damaged line uses (the sweep, the figure scripts)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
+    except OSError:
+        return []
+    return [r for r in map(parse_record, lines) if r is not None]
+
+
 def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
     the checkpoint's ``record_on_grid``. Every checkpoint a resume accepts holds it: the trainer
