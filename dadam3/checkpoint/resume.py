@@ -82,19 +82,24 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
 def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool],
                  renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, list]:
     """Refuse checkpoints of other runs or kinds (:func:`check_checkpoint`), changes to keys that
-    may not change (``may_change(dotted_key)`` is False), and a checkpoint already at
+    may not change (``may_change(dotted_key)`` is False: one line naming every such key), and a checkpoint already at
     ``loop.iterations``; return the changed keys (``key -> [checkpoint's value, now]``) but
     ``resume`` and ``overwrite``. ``renamed``: a key of the checkpoint's config -> its name now."""
     check_checkpoint(ckpt, path)
     saved, now = {renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}, flatten(config)
-    changed = {}
+    changed, refused = {}, []
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):
             continue
         if not may_change(key):
-            raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with "
-                                                 f"{key}={saved.get(key)}; start a new run to change it")
+            refused.append(key)
         changed[key] = [saved.get(key), now.get(key)]
+    if refused:
+        key, *more = refused
+        also = "; nor can " + ", ".join(f"{k} (made with {saved.get(k)!r}, now {now.get(k)!r})" for k in more) \
+            if more else ""
+        raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with {key}={saved.get(key)}"
+                                             f"{also}; start a new run to change {'them' if more else 'it'}")
     if ckpt["iteration"] >= now["loop.iterations"]:
         raise ConfigError("loop.iterations", now["loop.iterations"], f"the checkpoint is already at iteration "
                                                                      f"{ckpt['iteration']}; raise loop.iterations to "
