@@ -24,11 +24,15 @@ PYEOF
 train_or_resume() {
   local dir=$1 rc=0
   shift
-  if diverged "$dir"; then                # first: a "finished" log with a NaN loss is a diverged run
-    echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
+  if tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
+    if diverged "$dir"; then            # a "finished" log with a NaN / -Infinity loss in it: a diverged run
+      echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
+    else
+      echo "$dir: finished, skipped"
+    fi
     return 0
-  elif tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
-    echo "$dir: finished, skipped"
+  elif diverged "$dir"; then
+    echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
     return 0
   elif [ -f "$dir/checkpoints/last.pt" ]; then
     nice "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir" || rc=$?
