@@ -62,7 +62,7 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
     task = list(hc.overrides.task)
     try:        # composed with the run's group options (a sweep over resume= was composed without them)
         composed = hydra.compose(config_name=hc.job.config_name, overrides=merged_overrides(
-            group_choices(stored), [*task, resume_override(cfg.resume)], ("resume", "overwrite")))
+            group_choices(stored, task), [*task, resume_override(cfg.resume)], ("resume", "overwrite")))
     except Exception as e:
         raise config_error(e) from None
     return with_stored(composed, stored, given_keys(task, stored))
@@ -83,21 +83,43 @@ def run_config(resume: str) -> dict[str, Any]:
     return dict(_LOADED[key])
 
 
-def group_choices(stored: dict[str, Any]) -> list[str]:
-    """``group=option`` for each group option of the stored config that has its YAML file."""
+def group_choices(stored: dict[str, Any], overrides: Sequence[str] = ()) -> list[str]:
+    """``group=option`` for each group option of the stored config that has its YAML file, but
+    the groups a preset among ``overrides`` chooses (``experiment=X``: its choice is given)."""
+    chosen = {g for o in _parsed(overrides) if o.key_or_group in ("experiment", "loop")
+              and not o.is_sweep_override() and o.value() is not None
+              for g in _preset_choices(o.key_or_group, str(o.value()))}
     out = []
     for group, (name_key, _) in GROUPS.items():
         name = stored.get(f"{group}.{name_key}")
-        if isinstance(name, str) and (CONFIG_DIR / group / f"{name}.yaml").is_file():
+        if isinstance(name, str) and (CONFIG_DIR / group / f"{name}.yaml").is_file() and group not in chosen:
             out.append(f"{group}={name}")
     return out
+
+
+def _parsed(overrides: Sequence[str]) -> list:
+    out = []
+    for line in overrides:
+        try:
+            out += OverridesParser.create().parse_overrides([line])
+        except Exception:          # a flag, or not an override: Hydra says why
+            continue
+    return out
+
+
+def _preset_choices(group: str, option: str) -> dict[str, str]:
+    """The group options a preset's ``defaults:`` chooses (``override /dataset: fashion_mnist``)."""
+    path = CONFIG_DIR / group / f"{option}.yaml"
+    conf = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else {}
+    return {k.replace("override", "").strip().lstrip("/"): str(v) for entry in (conf or {}).get("defaults") or []
+            if isinstance(entry, dict) for k, v in entry.items()}
 
 
 def given_keys(overrides: Sequence[str], stored: dict[str, Any]) -> list[str]:
     """The config keys (each with what lies under it) that ``overrides`` give on a resume of a run
     whose config is ``stored`` (see the module docstring); ``hydra.*`` keys are none."""
     keys: list[str] = []
-    for o in OverridesParser.create().parse_overrides(list(overrides)):
+    for o in _parsed(overrides):
         key = o.key_or_group
         if key.startswith("hydra") or o.package is not None:
             continue
@@ -117,15 +139,11 @@ def _choice_keys(group: str, option: str, stored: dict[str, Any]) -> list[str]:
     path = CONFIG_DIR / group / f"{option}.yaml"
     if not path.is_file():
         return []                            # Hydra has refused an unknown option already
-    text = path.read_text()
-    prefix = "" if "@package _global_" in text else f"{group}."
+    prefix = "" if "@package _global_" in path.read_text() else f"{group}."
     conf = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     keys = [prefix + k for k in flatten({k: v for k, v in conf.items() if k != "defaults"})]
-    for entry in conf.get("defaults") or []:        # override /dataset: fashion_mnist
-        if isinstance(entry, dict):
-            for k, v in entry.items():
-                g = k.replace("override", "").strip().lstrip("/")
-                keys += _choice_keys(g, str(v), stored) if g in GROUPS else []
+    for g, choice in _preset_choices(group, option).items():
+        keys += _choice_keys(g, choice, stored) if g in GROUPS else []
     return keys
 
 
@@ -161,15 +179,11 @@ def resume_argv(argv: list[str]) -> list[str]:
     (:func:`group_choices`, from its checkpoint), then ``argv``, so that the command line's keys
     of the run's data set or net are known when it is checked, before Hydra composes."""
     resume = None
-    for arg in argv:
-        try:
-            o = OverridesParser.create().parse_overrides([arg])[0]
-        except Exception:          # a flag, or not an override: Hydra says why
-            continue
+    for o in _parsed(argv):
         if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
             resume = o.value()
     try:
-        base = [] if resume is None else group_choices(run_config(resume))
+        base = [] if resume is None else group_choices(run_config(resume), argv)
     except (ConfigError, OSError):
         base = []                   # the run says so, in its own words
     return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv

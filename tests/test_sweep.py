@@ -117,3 +117,23 @@ def test_a_job_directory_holding_a_run_of_another_config_is_refused_never_skippe
     (run / "config_resolved.yaml").unlink()                     # the checkpoint's config says the same
     with pytest.raises(ConfigError, match="holds a run of another config"):
         _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=2e-3"]))
+
+
+@pytest.mark.slow
+def test_a_rerun_sweep_with_other_values_into_the_same_directories_trains_nothing_it_reports(tmp_path):
+    """Issue 33's reproducer: optimizer.lr=1e-3,2e-3, then 5e-3,6e-3 (and 7e-3 with more
+    iterations) into the same hydra.sweep.dir with hydra.sweep.subdir=${hydra.job.num}: refused,
+    the earlier runs untouched, nothing recorded finished."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *FAST, "loop.iterations=2", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
+    assert run_cli(*args, "optimizer.lr=1e-3,2e-3").returncode == 0
+    before = (sweep / "0" / "metrics.jsonl").read_bytes()
+    r = run_cli(*args, "optimizer.lr=5e-3,6e-3")
+    assert r.returncode == 1 and "error: sweep: 2 of 2 jobs did not finish" in r.stderr, r.stderr[-3000:]
+    r = run_cli(*args, "optimizer.lr=7e-3", "loop.iterations=4")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert f"error: hydra.sweep.dir={sweep / '0'}: holds a run of another config (optimizer.lr=0.001 there, " \
+           "0.007 in this job)" in r.stderr
+    jobs = statuses(sweep)
+    assert [j["status"] for j in jobs] == ["finished", "finished", "refused", "refused", "refused"]
+    assert (sweep / "0" / "metrics.jsonl").read_bytes() == before

@@ -26,6 +26,8 @@ from dadam3.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.config import flatten
 from dadam3.errors import ConfigError
 
+OPTION_KEYS = ("name", "arch", "kind")      # the key naming a group's option (dataset.name, model.arch, ...)
+
 # keys (a key and everything under it) that are no part of a run's identity, and why
 NOT_IDENTITY = {
     "resume": "how the run is started", "overwrite": "how the run is started",
@@ -94,10 +96,10 @@ def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: C
         if not may_change(key):
             refused.append(key)
         changed[key] = [saved.get(key), now.get(key)]
-    if refused:
-        key, *more = refused
-        also = "; nor can " + ", ".join(f"{k} (made with {saved.get(k)!r}, now {now.get(k)!r})" for k in more) \
-            if more else ""
+    if refused:           # a group's option first (dataset.name, model.arch, ...): the others follow from it
+        key, *more = sorted(refused, key=lambda k: (k.count(".") != 1 or k.rpartition(".")[2] not in OPTION_KEYS, k))
+        also = "; nor can " + ", ".join(f"{k} (made with {saved.get(k)!r}, now {now.get(k)!r})" for k in more[:5]) \
+            + (f" and {len(more) - 5} more" if len(more) > 5 else "") if more else ""
         raise ConfigError(key, now.get(key), f"cannot change on resume: {path} was made with {key}={saved.get(key)}"
                                              f"{also}; start a new run to change {'them' if more else 'it'}")
     if ckpt["iteration"] >= now["loop.iterations"]:
