@@ -126,7 +126,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         ckpt = load(path, map_location="cpu", key="resume")
         check_checkpoint(ckpt, path)
         home, why_not = _run_of(path, ckpt)
-        if home is not None and dir_named and os.path.abspath(home) != os.path.abspath(run_dir):
+        if home is not None and dir_named and os.path.realpath(home) != os.path.realpath(run_dir):
             log.warning("branching: the run %s (untouched) continues from its checkpoint at iteration %d as a new run "
                         "in %s", home, ckpt["iteration"], run_dir)
             home = None
