@@ -83,8 +83,9 @@ def _launch(argv: list[str] | None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    if not hasattr(mp_api._terminate_process_handler, "__wrapped__"):
-        mp_api._terminate_process_handler = _noting(mp_api._terminate_process_handler)
+    handler = getattr(mp_api, "_terminate_process_handler", None)      # torch's (absent: nothing to wrap)
+    if handler is not None and not hasattr(handler, "__wrapped__"):
+        mp_api._terminate_process_handler = _noting(handler)
         LocalElasticAgent._shutdown = _forwarding(LocalElasticAgent._shutdown)
 
     for name in list(logging.root.manager.loggerDict):  # the agent's per-event warnings: not for users
