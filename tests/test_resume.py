@@ -1,5 +1,5 @@
-"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration comes from its
-directory; the printed command is quoted), and a resume never continues silently from a
+"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration
+comes from its checkpoint; the printed command is quoted), and a resume never continues silently from a
 damaged state (a deleted log, a torn record at the checkpoint, an empty resume=, an impossible
 iteration, an earlier failed attempt). Each test failed before its fix."""
 import logging
