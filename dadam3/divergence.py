@@ -3,6 +3,10 @@
 
 A run has **diverged** at the first logging record where
 
+* **not finite**: a logged loss is NaN or ±Infinity (a float, or the log's ``"NaN"``,
+  ``"Infinity"``, ``"-Infinity"``), whatever the bound and whatever the run's last record says
+  (a log with one is never a finished run's: the report, the sweep and the figure scripts read
+  it through :func:`first_breach`), or
 * **bound**: a logged loss (``loss_d``, ``loss_g``, ``gp``, ``wasserstein``: the node mean or any
   node's value) has ``|value| > bound`` (``loop.diverge_above``, default ``1e6``; ``0`` turns it
   off), or
@@ -32,20 +36,26 @@ class Breach(NamedTuple):
     message: str
 
 
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}   # as metrics.jsonl writes them
+
+
 def loss_beyond(record: Mapping, bound: float) -> Breach | None:
-    """The first logged loss of ``record`` with ``|value| > bound`` (None: none, or ``bound`` is 0)."""
-    if not bound:
-        return None
+    """The first logged loss of ``record`` that is not finite, or with ``|value| > bound``
+    (``bound`` 0: the bound is off, a non-finite loss still counts). None: none."""
     k = record.get("iteration")
     for key in LOSS_KEYS:
-        for node, value in enumerate(record.get(f"{key}_nodes") or []):
-            if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) > bound:
+        nodes = record.get(f"{key}_nodes")
+        values = [*enumerate(nodes if isinstance(nodes, list) else []), (None, record.get(key))]
+        for node, value in values:
+            value = NON_FINITE.get(value, value) if isinstance(value, str) else value
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            where = "node mean" if node is None else f"at node {node}"
+            if not math.isfinite(value):
+                return Breach(k, node, f"{key} = {value}, not finite, {where}, iteration {k}")
+            if bound and abs(value) > bound:
                 return Breach(k, node, f"{key} = {value:.3g}, beyond ±{bound:g} (loop.diverge_above), "
-                                       f"at node {node}, iteration {k}")
-        value = record.get(key)
-        if isinstance(value, (int, float)) and math.isfinite(value) and abs(value) > bound:
-            return Breach(k, None, f"{key} = {value:.3g}, beyond ±{bound:g} (loop.diverge_above), "
-                                   f"node mean, iteration {k}")
+                                       f"{where}, iteration {k}")
     return None
 
 
@@ -68,6 +78,16 @@ def frozen_from(records: Iterable[Mapping], count: int = FROZEN_RECORDS) -> Brea
             return Breach(run[0], None, f"every logged loss bit-identical over {count} logging records from "
                                         f"iteration {run[0]} to {run[-1]} (parameters frozen)")
     return None
+
+
+def run_breach(records: list[Mapping]) -> Breach | None:
+    """Where a run's log says it diverged: its own ``diverged`` record, else the rule
+    (:func:`first_breach`); None for a run the rule finds nothing in. Every reader that calls a
+    run finished or diverged (the report, a rerun sweep, the figure scripts) asks this."""
+    last = records[-1] if records else {}
+    if last.get("status") == "diverged":
+        return Breach(last.get("iteration"), last.get("node"), last.get("message", "diverged"))
+    return first_breach(records)
 
 
 def first_breach(records: list[Mapping], bound: float = DIVERGE_ABOVE, count: int = FROZEN_RECORDS) -> Breach | None:

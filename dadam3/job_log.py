@@ -9,18 +9,12 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from types import MappingProxyType
-from typing import Mapping
 
 import torch
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.checkpoint import resolve_resume_path
-from dadam3.errors import ConfigError
-from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
@@ -104,23 +98,6 @@ def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = No
     (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
 
 
-def run_overrides(run_dir: Path, renamed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
-    """The command-line overrides a run was made with and each of its resumes added, in order
-    (``.hydra/overrides.yaml``, then ``.hydra/resumed_<iteration>/overrides.yaml``); empty
-    when the run has no ``.hydra/`` (a directory made by hand, or before it was written).
-    ``renamed``: a key an earlier version wrote -> its name now."""
-    hydra_dir = Path(run_dir) / ".hydra"
-    files = [hydra_dir / "overrides.yaml", *sorted(hydra_dir.glob("resumed_*/overrides.yaml"))]
-    out = []
-    for f in files:
-        try:
-            values = OmegaConf.to_container(OmegaConf.load(f)) if f.is_file() else []
-        except Exception:        # not YAML (damaged): what it held is unknown
-            values = []
-        out += [str(v) for v in values] if isinstance(values, list) else []
-    return [renamed.get(key, key) + eq + value for key, eq, value in (o.partition("=") for o in out)]
-
-
 def _git(*args: str) -> str:
     """``git ARGS`` in the package's checkout. --no-optional-locks: git status must not take the
     user's index lock (a run stopped mid-call would leave .git/index.lock behind)."""
@@ -163,12 +140,15 @@ def _device_model(device: str) -> str:
     return platform.processor() or UNKNOWN
 
 
-def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
+def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict:
     """Append this segment of the run (fresh start or resume at ``iteration``) to
-    ``provenance.json``: code commit, torch and Python versions, device model, thread count. From
-    a checkout with uncommitted changes (commit ``+dirty``) the diff is saved as ``code.diff``
-    (``.hydra/resumed_<iteration>/code.diff`` for a resume) and named in the entry (``code_diff``)."""
-    entry = {"from_iteration": iteration, "code_commit": _code_commit(), "torch": torch.__version__,
+    ``provenance.json``: code commit, torch and Python versions, device model, thread count, and
+    the config's identity (:func:`dadam3.checkpoint.resume.run_identity`: a resume that changes a
+    key of the identity starts a segment of another one). From a checkout with uncommitted changes
+    (commit ``+dirty``) the diff is saved as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
+    for a resume) and named in the entry (``code_diff``)."""
+    entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
+             "code_commit": _code_commit(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
              "torch_threads": torch.get_num_threads()}
     if entry["code_commit"].endswith(DIRTY):    # the changes themselves, beside the record that says so
@@ -183,22 +163,3 @@ def record_provenance(run_dir: Path, device: str, iteration: int) -> dict:
     segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
     path.write_text(json.dumps(segments + [entry], indent=1) + "\n")
     return entry
-
-
-def resume_argv(argv: list[str], renamed: Mapping[str, str] = MappingProxyType({})) -> list[str]:
-    """The command line with one ``resume=`` (not a sweep's): the run's own overrides first
-    (:func:`run_overrides`), then ``argv`` (:func:`dadam3.train_start.resumed_config`; before Hydra
-    composes, so that keys of the run's data set or net are known)."""
-    resume = None
-    for arg in argv:
-        try:
-            o = OverridesParser.create().parse_overrides([arg])[0]
-        except Exception:          # a flag, or not an override: Hydra says why
-            continue
-        if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
-            resume = o.value()
-    try:
-        base = [] if resume is None else run_overrides(resolve_resume_path(resume).parent.parent, renamed)
-    except ConfigError:
-        base = []                   # the run says so, in its own words
-    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv

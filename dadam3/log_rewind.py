@@ -63,6 +63,16 @@ def parse_record(line: str) -> dict | None:
         return None
 
 
+def read_records(path: Path) -> list[dict]:
+    """The complete records of a JSONL log (:func:`parse_record`; empty if it cannot be read):
+    what a reader that must not stop on a damaged line uses (the sweep, the figure scripts)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
+    except OSError:
+        return []
+    return [r for r in map(parse_record, lines) if r is not None]
+
+
 def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
     the checkpoint's ``record_on_grid``. Every checkpoint a resume accepts holds it: the trainer
@@ -75,17 +85,23 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
     """Rewrite the JSONL log at ``path`` (atomically) as an uninterrupted run left it at
     iteration ``k``: drop records after k, every final status record, ``resumed`` records at k
     or later (an earlier attempt to resume there), with ``drop_at_k`` the record at k, and (each
-    kind named in one warning line) a torn last line and unreadable lines. A record at k that an
+    kind named in one warning line) a torn last line and unreadable lines (not JSON, not a
+    record, or not UTF-8: such a line is dropped whole, never written back altered). A record at k that an
     uninterrupted run has but the log lacks (torn, or deleted) cannot be written again (its
     window's sums were reset when it was logged): one warning line says the log has none at k."""
     fd, tmp = mkstemp_umask(path)
     unreadable, torn, at_k = [], None, False
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out, open(path, encoding="utf-8", errors="replace") as src:
-            for number, line in enumerate(src, 1):
-                if not line.endswith("\n"):
-                    torn = number if line.strip() else None
+        with os.fdopen(fd, "w", encoding="utf-8") as out, open(path, "rb") as src:
+            for number, raw in enumerate(src, 1):
+                if not raw.endswith(b"\n"):
+                    torn = number if raw.strip() else None
                     break
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:          # not UTF-8: unreadable, never rewritten altered
+                    unreadable.append(number)
+                    continue
                 record = parse_record(line)
                 if record is None:
                     if line.strip():

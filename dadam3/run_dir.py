@@ -10,6 +10,8 @@
   is the checkpoint's config), and ``<run>/metrics.jsonl`` is there. Any other checkpoint (a
   copy, a backup, another run's) is refused with one line, or continues in a new directory the
   user names with ``hydra.run.dir`` (its log starts at the checkpoint's iteration).
+* ``resume=RUN hydra.run.dir=OTHER`` (OTHER not RUN) **branches**: a new run in OTHER starts from
+  RUN's checkpoint (a new run id, its log from the checkpoint's iteration); RUN is not touched.
 * A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
   process dies) refuses a second live writer.
 * Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
@@ -114,7 +116,8 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     """Every check of the directory a run would write into (see the module docstring), creating,
     changing and deleting nothing; a live writer's lock is refused here (a free existing lock
     is taken, without touching the file). ``dir_named``: the user named ``run_dir`` (a
-    checkpoint that is no run's own may continue there)."""
+    checkpoint that is no run's own may continue there; a run's own checkpoint branches there
+    when ``run_dir`` is not the run's)."""
     if resume is not None and overwrite:
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
     ckpt, changed, home = None, {}, None
@@ -123,6 +126,10 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         ckpt = load(path, map_location="cpu", key="resume")
         check_checkpoint(ckpt, path)
         home, why_not = _run_of(path, ckpt)
+        if home is not None and dir_named and os.path.realpath(home) != os.path.realpath(run_dir):
+            log.warning("branching: the run %s (untouched) continues from its checkpoint at iteration %d as a new run "
+                        "in %s", home, ckpt["iteration"], run_dir)
+            home = None
         if home is None and not dir_named:
             raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
                                                 f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "

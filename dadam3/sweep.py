@@ -5,8 +5,13 @@ recorded in ``<sweep dir>/sweep_status.jsonl`` and the sweep goes on; :class:`Sw
 Each record names its invocation (``invocation``: start time and a random suffix, one per
 ``-m`` command) and, in a sweep over ``resume=``, the job's ``resume``. A sweep run again into
 the same ``hydra.sweep.dir`` skips the jobs an earlier invocation finished (or saw diverge) and
-resumes the interrupted ones, as the figure scripts do (``overwrite=true`` starts them afresh);
-a job whose directory another job of the same invocation already used is refused, with
+resumes the interrupted ones, as the figure scripts do (``overwrite=true`` starts them afresh),
+but only a run of the job's own config: a job whose directory holds a run of another identity
+(:func:`dadam3.checkpoint.resume.identity_diff`: its ``config_resolved.yaml``, else its
+checkpoint's config) is refused in one line naming the directory and the keys that differ, and
+is never skipped or resumed. A run whose log holds a non-finite or out-of-bound loss
+(:func:`dadam3.divergence.run_breach`) counts as diverged, whatever its last record says.
+A job whose directory another job of the same invocation already used is refused, with
 nothing deleted."""
 from __future__ import annotations
 
@@ -21,13 +26,16 @@ from typing import Any, Callable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from dadam3.checkpoint import checkpoint_path
+from dadam3.checkpoint import checkpoint_path, load
+from dadam3.checkpoint.resume import identity_diff
+from dadam3.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
-from dadam3.log_rewind import parse_record
+from dadam3.log_rewind import parse_record, read_records
 from dadam3.run_dir import note_existing
+from dadam3.schema import config_error
 from dadam3.signals import Interrupted
 
 log = logging.getLogger(__name__)
@@ -77,27 +85,64 @@ def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: 
 
 def _earlier_run(run_dir: Path, cfg: DictConfig) -> str | None:
     """What an earlier invocation left in a job's directory: ``finished`` (at this sweep's
-    ``loop.iterations`` or beyond), ``diverged``, ``resume`` (stopped with a checkpoint, or
-    finished short of the iterations asked now), or None (nothing, or no checkpoint to resume:
-    the run itself says what it refuses)."""
-    last = _last_record(Path(run_dir) / "metrics.jsonl")
+    ``loop.iterations`` or beyond), ``diverged`` (its own record, or a loss the divergence rule
+    flags), ``resume`` (stopped with a checkpoint, or finished short of the iterations asked
+    now), or None (nothing, or no checkpoint to resume: the run itself says what it refuses).
+    A run of another config is refused (:func:`_check_same_run`)."""
+    log_path = Path(run_dir) / "metrics.jsonl"
+    if not log_path.is_file():
+        return None
+    _check_same_run(Path(run_dir), cfg)
+    records = read_records(log_path)
+    last = records[-1] if records else None
     if last is None:
         return None
+    if run_breach(records) is not None:
+        return "diverged"
     iterations = (cfg.get("loop") or {}).get("iterations")
     if last.get("status") == "finished" and (iterations is None or last.get("iteration", -1) >= iterations):
         return "finished"
-    if last.get("status") == "diverged":
-        return "diverged"
     return "resume" if checkpoint_path(run_dir).is_file() else None
 
 
-def _last_record(path: Path) -> dict | None:
-    """The last complete record of a ``metrics.jsonl``, or None."""
+def _check_same_run(run_dir: Path, cfg: DictConfig) -> None:
+    """Refuse (one line naming the directory and the keys that differ) a job whose directory
+    holds a run of another identity, or a run whose config cannot be read."""
+    stored = _stored_config(run_dir)
+    if stored is None:
+        raise ConfigError("hydra.sweep.dir", str(run_dir), "holds a run whose config is unknown (no readable "
+                                                           "config_resolved.yaml or checkpoint): choose another "
+                                                           "hydra.sweep.dir, or set overwrite=true to replace it")
     try:
-        lines = [x for x in path.read_text(encoding="utf-8", errors="replace").split("\n")[:-1] if x.strip()]
-    except OSError:
+        job = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as e:          # an interpolation that does not resolve: the run says so too
+        raise config_error(e) from None
+    differ = identity_diff(stored, job)
+    if differ:
+        shown = ", ".join(f"{k}={a!r} there, {b!r} in this job" for k, (a, b) in list(differ.items())[:4])
+        more = f" and {len(differ) - 4} more" if len(differ) > 4 else ""
+        raise ConfigError("hydra.sweep.dir", str(run_dir), f"holds a run of another config ({shown}{more}): it is "
+                                                           "neither skipped nor continued; choose another "
+                                                           "hydra.sweep.dir, a hydra.sweep.subdir that names these "
+                                                           "keys (${hydra.job.override_dirname}), or set "
+                                                           "overwrite=true to replace it")
+
+
+def _stored_config(run_dir: Path) -> dict | None:
+    """The config of the run in ``run_dir``: its ``config_resolved.yaml``, else its checkpoint's."""
+    try:
+        stored = OmegaConf.to_container(OmegaConf.load(run_dir / "config_resolved.yaml"))
+        if isinstance(stored, dict):
+            return stored
+    except Exception:               # missing, unreadable or not YAML: the checkpoint says
+        pass
+    if not checkpoint_path(run_dir).is_file():
         return None
-    return parse_record(lines[-1]) if lines else None
+    try:
+        ckpt = load(checkpoint_path(run_dir), map_location="cpu", key="resume")
+    except ConfigError:
+        return None
+    return ckpt.get("config") if isinstance(ckpt, dict) and isinstance(ckpt.get("config"), dict) else None
 
 
 def _with_resume(cfg: DictConfig, run_dir: Path) -> DictConfig:

@@ -13,9 +13,9 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train -m optimizer=dadam3,dosg optimizer.lr=1e-4,5e-5 seed=0,1
     python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
 
-A resume needs no more than ``resume=DIR``: the run's configuration comes from its directory
-(the overrides in ``.hydra/``, :func:`dadam3.train_start.resumed_config`), and only keys given on the command
-line change anything (each checked against what may change on resume).
+A resume needs no more than ``resume=DIR`` (or a checkpoint file): the run's configuration comes from
+its checkpoint (:func:`dadam3.train_start.resumed_config`), and only keys given on the command line
+change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
 from dadam3.errors import exit_on_config_error
 from dadam3.gan.trainer import WGANTrainer
-from dadam3.job_log import JobLog, resume_argv
+from dadam3.job_log import JobLog
 from dadam3.run_build import build_trainer
 from dadam3.run_dir import discard_if_unused
-from dadam3.schema import TrainConfig, check_overrides
+from dadam3.schema import check_overrides
 from dadam3.signals import StopSignals
 from dadam3.sweep import sweep_job
-from dadam3.train_start import start_run
+from dadam3.train_start import resume_argv, start_run
 
 __all__ = ["build_trainer", "main", "run", "train_run"]
 log = logging.getLogger(__name__)
@@ -89,6 +89,6 @@ if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.train import main as task
-    sys.argv[1:] = resume_argv(sys.argv[1:], TrainConfig.renamed)
+    sys.argv[1:] = resume_argv(sys.argv[1:])
     run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "loop", "experiment"),
             check=partial(check_overrides, "train"))

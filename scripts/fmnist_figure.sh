@@ -5,7 +5,7 @@
 # Trains experiment=EXPERIMENT for every seed and optimizer into
 # ${FMNIST_OUT:-results/fmnist}/NAME/<optimizer>/seed<seed>/ (seed by seed, so a partial run
 # already covers every method; an interrupted run is resumed, a finished or diverged one skipped:
-# the last record of its metrics.jsonl decides), then draws IS and FID against iteration (node mean
+# its metrics.jsonl decides, a non-finite logged loss making it diverged), then draws IS and FID against iteration (node mean
 # solid, node-averaged model dashed, band of mean ± 1 sample SD over seeds) into
 # NAME_fidelity.png and writes summary.md (final IS / FID / KID, mean ± sample SD over seeds,
 # and the path of each method's last averaged-model sample grid of the first seed): quick looks,
@@ -31,19 +31,19 @@ if [ "${SMOKE:-0}" = 1 ]; then
 fi
 if [ -n "${ITERATIONS:-}" ]; then extra+=("loop.iterations=$ITERATIONS"); fi
 
-# finished_short DIR: the run finished at fewer than $ITERATIONS iterations (so it can go on)
+# finished_short DIR: the run finished at fewer than $ITERATIONS iterations (so it can go on) and its
+# log holds no non-finite or out-of-bound loss (dadam3.divergence.run_breach: such a run diverged)
 finished_short() {
   [ -n "${ITERATIONS:-}" ] && [ -f "$1/checkpoints/last.pt" ] && "$PY" - "$1/metrics.jsonl" "$ITERATIONS" <<'PYEOF'
 import sys
-from dadam3.log_rewind import parse_record
-lines = open(sys.argv[1], errors="replace").read().strip().splitlines()
-last = parse_record(lines[-1]) if lines else None
-sys.exit(0 if last and last.get("status") == "finished" and last.get("iteration", 0) < int(sys.argv[2]) else 1)
+from dadam3.divergence import run_breach
+from dadam3.log_rewind import read_records
+records = read_records(sys.argv[1])
+last = records[-1] if records else None
+sys.exit(0 if last and last.get("status") == "finished" and last.get("iteration", 0) < int(sys.argv[2])
+         and run_breach(records) is None else 1)
 PYEOF
 }
-
-# diverged DIR: the run stopped on a NaN/Inf (the trainer's last record says so)
-diverged() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | grep -q '"status": "diverged"'; }
 
 # tidy DIR: the repository's absolute path out of train.log; byte copies removed
 tidy() {

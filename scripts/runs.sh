@@ -3,8 +3,17 @@
 # optimizer name -> its label in legends and tables
 declare -A LABEL=([adam3]=Adam3 [oadagrad]=OAdagrad [dadam3]=Dadam3 [cadam3]=Cadam3 [dosg]=DOSG [cosg]=COSG)
 
-# diverged DIR: the run stopped on a NaN/Inf (the last record of its metrics.jsonl says so)
-diverged() { tail -n 1 "$1/metrics.jsonl" 2>/dev/null | grep -q '"status": "diverged"'; }
+# diverged DIR: the run's log says it diverged: its last record (a NaN/Inf stop, loop.diverge_above), or a
+# non-finite, out-of-bound or frozen loss anywhere in it whatever its last record says (as the report and a
+# rerun sweep read it: dadam3.divergence.run_breach)
+diverged() {
+  [ -f "$1/metrics.jsonl" ] && "$PY" - "$1/metrics.jsonl" <<'PYEOF'
+import sys
+from dadam3.divergence import run_breach
+from dadam3.log_rewind import read_records
+sys.exit(0 if run_breach(read_records(sys.argv[1])) is not None else 1)
+PYEOF
+}
 
 # train_or_resume DIR [hydra overrides...]: a finished run is skipped, and so is a diverged one (a
 # divergence is a result: resuming it would diverge again; remove DIR to train it afresh); one with
@@ -16,10 +25,14 @@ train_or_resume() {
   local dir=$1 rc=0
   shift
   if tail -n 1 "$dir/metrics.jsonl" 2>/dev/null | grep -q '"status": "finished"'; then   # the last record decides
-    echo "$dir: finished, skipped"
+    if diverged "$dir"; then            # a "finished" log with a NaN / -Infinity loss in it: a diverged run
+      echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
+    else
+      echo "$dir: finished, skipped"
+    fi
     return 0
   elif diverged "$dir"; then
-    echo "$dir: diverged, skipped (its last record says where; remove the directory to train it afresh)"
+    echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
     return 0
   elif [ -f "$dir/checkpoints/last.pt" ]; then
     nice "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir" || rc=$?

@@ -61,3 +61,59 @@ def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(
         assert f"during training iteration {last['iteration'] + 1}" in last["reason"]
     else:
         assert load(checkpoint_path(run))["iteration"] == last["iteration"]
+
+
+@pytest.fixture
+def launcher(monkeypatch):
+    """:mod:`dadam3.distributed.launch` with a fresh signal record, this process's handlers restored after."""
+    from dadam3.distributed import launch
+    saved = {sig: signal.getsignal(sig) for sig in launch.STOP_SIGNALS}
+    monkeypatch.setattr(launch, "_received", [])
+    monkeypatch.setattr(launch, "_closing", [False])
+    yield launch
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_that_lands_inside_the_agent_s_metrics_wrapper_is_its_exit_status(launcher, monkeypatch, sig, code):
+    """torch's handler raises where the agent happens to be; in ``metrics.api.prof``'s wrapper
+    that becomes an UnboundLocalError (issue 33): the launcher still exits 128 + signal, silently
+    (the ranks say their line), and the agent's shutdown sends the ranks that signal, not SIGTERM."""
+    import torch.distributed.elastic.multiprocessing.api as mp_api
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    sent = []
+
+    def agent_run(args):
+        try:
+            mp_api._terminate_process_handler(sig, None)          # as installed by the agent: noted, then raises
+        finally:
+            LocalElasticAgent._shutdown(agent, timeout=1)           # the agent's clean-up after any exception
+            raise UnboundLocalError("cannot access local variable 'start' where it is not associated with a value")
+
+    agent = LocalElasticAgent.__new__(LocalElasticAgent)
+    monkeypatch.setattr(LocalElasticAgent, "_shutdown", lambda self, death_sig=signal.SIGTERM, timeout=30:
+                        sent.append(death_sig))
+    monkeypatch.setattr(mp_api, "_terminate_process_handler", mp_api._terminate_process_handler)
+    monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
+    monkeypatch.setattr(torchrun, "run", agent_run)
+    assert launcher.main(["x"]) == code
+    assert sent == [sig]
+
+
+def test_a_signal_before_the_agent_starts_is_its_exit_status(launcher, monkeypatch):
+    """A signal while torch loads or the rendezvous runs (the launcher's own handler): 143, no traceback."""
+    import torch.distributed.run as torchrun
+    monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
+    monkeypatch.setattr(torchrun, "run", lambda args: signal.raise_signal(signal.SIGTERM))
+    assert launcher.main(["x"]) == 143
+
+
+def test_a_failure_without_a_signal_is_not_hidden(launcher, monkeypatch):
+    import torch.distributed.run as torchrun
+    monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
+    monkeypatch.setattr(torchrun, "run", lambda args: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        launcher.main(["x"])

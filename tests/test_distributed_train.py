@@ -98,7 +98,7 @@ def test_checkpoint_of_two_ranks_resumes_under_three_and_in_the_simulator(tmp_pa
         run.mkdir()
         for f in ("metrics.jsonl", "checkpoints", "run_id"):     # a copy of the run, its id too
             subprocess.run(["cp", "-r", str(tmp_path / "r2" / f), str(run / f)], check=True)
-    ranks(3, tmp_path / "x", "loop.iterations=7", f"resume={tmp_path / 'r3'}")
+    ranks(3, tmp_path / "r3", "loop.iterations=7", f"resume={tmp_path / 'r3'}")     # in place (elsewhere: a branch)
     simulator(tmp_path / "y", "loop.iterations=7", f"resume={tmp_path / 'sim'}")
     for name in ("r3", "sim"):
         resumed = tmp_path / name

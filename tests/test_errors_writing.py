@@ -213,8 +213,7 @@ def test_a_failed_checkpoint_write_is_one_line_and_a_terminal_record(tmp_path):
     def fsize_limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    r = cli(*SMALL, "loop.checkpoint_every=1000", "loop.iterations=6", f"resume={run}",
-            f"hydra.run.dir={tmp_path / 'x'}", preexec_fn=fsize_limit)
+    r = cli(*SMALL, "loop.checkpoint_every=1000", "loop.iterations=6", f"resume={run}", preexec_fn=fsize_limit)
     assert r.returncode == 1, r.stderr[-2000:]
     one_line(r.stderr, f"error: checkpoint not written: {checkpoint_path(run)} after iteration 6 (checkpoint "
                        "write failed: File too large); the previous checkpoint is kept")

@@ -6,10 +6,9 @@ import logging
 
 import pytest
 
-from dadam3.log_rewind import as_record, parse_record, rewind
+from dadam3.log_rewind import as_record, parse_record, read_records, rewind
 from dadam3.report.runs import read_jsonl
 from dadam3.run_logging import JsonlLogger
-from dadam3.sweep import _last_record
 
 from trainer_runs import TOY, train, without_time
 
@@ -52,7 +51,21 @@ def test_sweep_and_report_readers_skip_lines_that_are_no_record(tmp_path):
     assert [r["iteration"] for r in read_jsonl(path)] == [1, 2, 3, 3]
     for line in NOT_RECORDS:
         path.write_text('{"iteration": 1, "status": "running"}\n' + line + "\n")
-        assert _last_record(path) is None
+        assert read_records(path) == [{"iteration": 1, "status": "running"}]     # the sweep's reader
+
+
+@pytest.mark.parametrize("bad", [b'{"iteration": 1, "status": "running", "note": "\xff\xfe"}', b"\xc3(\x80garbage"])
+def test_a_line_that_is_not_utf8_is_dropped_with_the_same_warning(tmp_path, caplog, bad):
+    """Issue 33: a non-UTF-8 byte was rewritten on resume (as U+FFFD) without a word: now the line
+    is an unreadable one, dropped whole and named in the one warning line."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"iteration": 1, "status": "running"}\n' + bad + b'\n{"iteration": 2, "status": "running"}\n'
+                     b'{"iteration": 2, "status": "interrupted"}\n')
+    with caplog.at_level(logging.WARNING):
+        rewind(path, 2, drop_at_k=False)
+    assert path.read_bytes() == b'{"iteration": 1, "status": "running"}\n{"iteration": 2, "status": "running"}\n'
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{path}: dropped 1 unreadable line(s) (line 2) while rewinding to iteration 2"], said
 
 
 def test_resumed_log_reads_as_if_the_run_never_stopped(tmp_path):

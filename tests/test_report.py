@@ -131,6 +131,19 @@ def test_divergence_rule_names_the_exploded_and_frozen_run(tree):
     assert "diverged at iteration 31 (NaN/Inf in loss_d of node 2" in row(text, "| COSG | 0.0032 |")
 
 
+@pytest.mark.parametrize("bad", ["NaN", "-Infinity", "Infinity"])
+def test_a_finished_run_with_a_non_finite_loss_in_its_log_is_diverged(tmp_path, bad):
+    """Issue 33: a NaN/-Infinity logged loss (as metrics.jsonl writes it) makes the run diverged,
+    whatever its last record says and whatever the bound (0: off), at the node and iteration."""
+    recs = healthy(100.0)
+    recs[1]["loss_g_nodes"][3] = bad
+    run = load_run(tmp_path, make_run(tmp_path, "r", "dadam3", 2e-4, 0, recs), "dadam3", 0)
+    assert recs[-1]["status"] == "finished" and run.status == "diverged"
+    assert (run.breach.iteration, run.breach.node) == (50, 3) and "not finite" in run.breach.message
+    raw = {**record(5), "loss_d": bad}                 # as a reader that keeps the strings sees it
+    assert loss_beyond(raw, 0).message.startswith("loss_d = ") and loss_beyond(raw, 0).node is None
+
+
 def test_unfinished_run_is_marked_with_its_last_iteration(tree):
     write(tree)
     assert "seed 0: unfinished (last iteration 75 of 100)" in row((tree / "REPORT.md").read_text(), "| COSG | 0.0008 |")

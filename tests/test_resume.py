@@ -1,5 +1,5 @@
-"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration comes from its
-directory; the printed command is quoted), and a resume never continues silently from a
+"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration
+comes from its checkpoint; the printed command is quoted), and a resume never continues silently from a
 damaged state (a deleted log, a torn record at the checkpoint, an empty resume=, an impossible
 iteration, an earlier failed attempt). Each test failed before its fix."""
 import logging
@@ -133,3 +133,38 @@ def test_a_checkpoint_and_overrides_of_the_backend_key_still_resume(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1] == ("error: backend=distributed: is now placement: "
                                                  "use placement=distributed")
+
+
+# ---------------------------------------------------------------- issue 33: the config comes from the run itself
+
+@pytest.mark.slow
+def test_a_resume_takes_the_config_from_the_checkpoint_and_a_new_directory_branches(tmp_path):
+    """A copied last.pt into a new hydra.run.dir (the documented branch path) used to fail naming
+    dataset.alpha whatever key was given; the same after .hydra/ is lost; resume=RUN
+    hydra.run.dir=OTHER silently extended RUN."""
+    import shutil
+    run = tmp_path / "run"
+    assert run_cli(*FAST, "loop.iterations=3", "dataset.radius=3", "seed=2", f"hydra.run.dir={run}").returncode == 0
+    copy = tmp_path / "backup" / "last.pt"
+    copy.parent.mkdir()
+    shutil.copy(checkpoint_path(run), copy)
+    r = run_cli(f"resume={copy}", "loop.iterations=5", "optimizer.lr=2e-3", f"hydra.run.dir={tmp_path / 'b'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (resumed,) = [x for x in read_jsonl(tmp_path / "b" / "metrics.jsonl") if x["status"] == "resumed"]
+    assert resumed["changed"] == {"loop.iterations": [3, 5], "optimizer.lr": [1e-3, 2e-3]}
+    r = run_cli(f"resume={copy}", "loop.iterations=5", "nodes=3", "seed=4", f"hydra.run.dir={tmp_path / 'c'}")
+    assert r.returncode == 2 and not (tmp_path / "c").exists()
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: nodes=3: cannot change on resume: {copy} was made with nodes=5; nor can seed "
+                           "(made with 2, now 4)"), r.stderr
+    shutil.rmtree(run / ".hydra")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    r = run_cli(f"resume={run}", "loop.iterations=4", f"hydra.run.dir={tmp_path / 'branch'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"} == before   # untouched
+    assert read_jsonl(tmp_path / "branch" / "metrics.jsonl")[-1]["iteration"] == 4
+    assert (tmp_path / "branch" / "run_id").read_text() != (run / "run_id").read_text()
+    r = run_cli(f"resume={run}", "loop.iterations=4")                  # .hydra/ lost: in place
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [x["changed"] for x in read_jsonl(run / "metrics.jsonl") if x["status"] == "resumed"] == [
+        {"loop.iterations": [3, 4]}]

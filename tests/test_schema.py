@@ -74,6 +74,28 @@ def test_a_key_the_schema_refuses_is_one_line(overrides, line):
     assert str(e.value).startswith(line) and "\n" not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("overrides, line", [
+    (["metrics.per_node=true", "metrics.every=0"], "metrics.per_node=True: only used with metrics.every > 0"),
+    (["metrics.every=0", "metrics.fid=false"], "metrics.fid=False: only used with metrics.every > 0"),
+    (["distributed.timeout_s=1800"], "distributed.timeout_s=1800: only used with placement=distributed"),
+    (["device=cpu", "cuda.graphs=false"], "cuda.graphs=False: only used with a CUDA device"),
+    (["dataset.alpha=0.5"], "dataset.alpha=0.5: only used with dataset.partition=dirichlet"),
+])
+def test_a_key_given_where_it_means_nothing_is_refused_even_at_its_default(overrides, line):
+    """Issue 33: contradictory keys (schema.runs.ONLY_WITH) given on the command line, at any value."""
+    with pytest.raises(ConfigError) as e:
+        compose("train", overrides)
+    assert str(e.value).startswith(line) and "\n" not in str(e.value), str(e.value)
+    compose("train", [o for o in overrides if o.startswith(("metrics.every", "device"))])     # alone: fine
+
+
+def test_a_preset_value_where_it_means_nothing_is_refused():
+    cfg = compose("train", ["metrics.every=0"])
+    cfg.metrics.per_node = False                      # as a YAML preset could set it
+    with pytest.raises(ConfigError, match=r"^metrics.per_node=false: only used with metrics.every > 0"):
+        train_settings(cfg)
+
+
 def test_the_command_line_refuses_an_unknown_key_before_anything_is_written(tmp_path):
     r = cli("+batchsize=2", f"hydra.run.dir={tmp_path / 'run'}")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [

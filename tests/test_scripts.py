@@ -64,8 +64,24 @@ def test_train_or_resume_skips_a_diverged_run_and_goes_on_after_one_that_diverge
                          f"train_or_resume {tmp_path}/new optimizer=oadagrad")
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "after", r.stdout + r.stderr
     assert f"{tmp_path}/old: diverged, skipped" in r.stdout and f"{tmp_path}/new: diverged (" in r.stdout
-    calls = log.read_text().splitlines()
+    calls = [c for c in log.read_text().splitlines() if "dadam3.train" in c]
     assert len(calls) == 1 and "optimizer=oadagrad" in calls[0] and "overwrite=true" in calls[0]   # old not resumed
+
+
+def test_a_finished_run_with_a_non_finite_loss_in_its_log_is_diverged_for_the_drivers(tmp_path, fake_python):
+    """Issue 33: a log whose last record says finished but that holds a NaN or -Infinity loss is a
+    diverged run (docs/run_contract.md), for train_or_resume as for the report: skipped, not resumed."""
+    env, log = fake_python
+    for name, bad in (("nan", "NaN"), ("neginf", "-Infinity")):
+        d = tmp_path / name
+        (d / "checkpoints").mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps({"iteration": 2, "status": "running", "loss_d": bad}) + "\n"
+                                         + json.dumps({"iteration": 4, "status": "finished"}) + "\n")
+    r = _train_or_resume(env, f"train_or_resume {tmp_path}/nan optimizer=adam3",
+                         f"diverged {tmp_path}/neginf && echo neginf-diverged")
+    assert r.returncode == 0 and f"{tmp_path}/nan: diverged, skipped" in r.stdout, r.stdout + r.stderr
+    assert "neginf-diverged" in r.stdout
+    assert not [c for c in log.read_text().splitlines() if "dadam3.train" in c]
 
 
 def test_train_or_resume_stops_on_a_failure_that_is_not_a_divergence(tmp_path, fake_python):

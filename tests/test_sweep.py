@@ -81,3 +81,59 @@ def test_a_sweep_runs_every_job_and_sums_up(tmp_path):
     assert last.startswith("error: sweep: 1 of 2 jobs did not finish (#0 "), r.stderr
     assert "loop.gp_lambda=1e+308" in last, r.stderr
     assert ": diverged); see " in last and "sweep_status.jsonl" in last
+
+
+def test_a_job_directory_holding_a_run_of_another_config_is_refused_never_skipped(tmp_path):
+    """Issue 33: the sweep's reading of an earlier run in a job's directory (in process): another
+    identity is refused naming the directory and the keys; the same one at more iterations
+    resumes; a "finished" log with a NaN loss is a diverged run."""
+    from dadam3.errors import ConfigError
+    from dadam3.schema import compose
+    from dadam3.sweep import _earlier_run
+    from trainer_runs import train
+
+    from omegaconf import OmegaConf
+    from dadam3.checkpoint import checkpoint_path, load
+
+    run = tmp_path / "0"
+    train([*SMALL, "optimizer.lr=1e-3"], run)
+    (run / "config_resolved.yaml").write_text(OmegaConf.to_yaml(load(checkpoint_path(run))["config"]))  # as the CLI
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    for change in (["optimizer.lr=7e-3"], ["optimizer.lr=7e-3", "loop.iterations=9"], ["seed=5"]):
+        with pytest.raises(ConfigError) as e:
+            _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=1e-3", *change]))
+        key = change[0].partition("=")[0]
+        assert str(e.value).startswith(f"hydra.sweep.dir={run}: holds a run of another config ({key}=")
+        assert "neither skipped nor continued" in str(e.value) and "\n" not in str(e.value)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=1e-3"])) == "finished"
+    assert _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=1e-3", "loop.iterations=9",
+                                               "loop.log_every=1"])) == "resume"
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    record["loss_g"] = "NaN"
+    (run / "metrics.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    assert _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=1e-3"])) == "diverged"
+    (run / "config_resolved.yaml").unlink()                     # the checkpoint's config says the same
+    with pytest.raises(ConfigError, match="holds a run of another config"):
+        _earlier_run(run, compose("train", [*SMALL, "optimizer.lr=2e-3"]))
+
+
+@pytest.mark.slow
+def test_a_rerun_sweep_with_other_values_into_the_same_directories_trains_nothing_it_reports(tmp_path):
+    """Issue 33's reproducer: optimizer.lr=1e-3,2e-3, then 5e-3,6e-3 (and 7e-3 with more
+    iterations) into the same hydra.sweep.dir with hydra.sweep.subdir=${hydra.job.num}: refused,
+    the earlier runs untouched, nothing recorded finished."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", *FAST, "loop.iterations=2", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.num}"]
+    assert run_cli(*args, "optimizer.lr=1e-3,2e-3").returncode == 0
+    before = (sweep / "0" / "metrics.jsonl").read_bytes()
+    r = run_cli(*args, "optimizer.lr=5e-3,6e-3")
+    assert r.returncode == 1 and "error: sweep: 2 of 2 jobs did not finish" in r.stderr, r.stderr[-3000:]
+    r = run_cli(*args, "optimizer.lr=7e-3", "loop.iterations=4")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert f"error: hydra.sweep.dir={sweep / '0'}: holds a run of another config (optimizer.lr=0.001 there, " \
+           "0.007 in this job)" in r.stderr
+    jobs = statuses(sweep)
+    assert [j["status"] for j in jobs] == ["finished", "finished", "refused", "refused", "refused"]
+    assert (sweep / "0" / "metrics.jsonl").read_bytes() == before

@@ -12,12 +12,14 @@ from typing import Any, Mapping
 
 from dadam3.checkpoint.contents import stamped, write_checkpoint
 from dadam3.checkpoint.files import checkpoint_path
+from dadam3.checkpoint.resume import run_identity
 from dadam3.distributed.placement import Placement
 
 
 class Checkpointer:
     """Writes ``last.pt`` in ``run_dir`` every ``every`` iterations (0: at the last only); each
-    checkpoint holds ``config`` (the run's resolved config, what a resume compares with)."""
+    checkpoint holds ``config`` (the run's resolved config, what a resume compares with) and its
+    ``identity`` (:func:`dadam3.checkpoint.resume.run_identity`)."""
 
     def __init__(self, run_dir: Path, placement: Placement, every: int, config: Mapping[str, Any]):
         self.path, self.placement, self.every, self.config = checkpoint_path(run_dir), placement, every, dict(config)
@@ -28,7 +30,7 @@ class Checkpointer:
 
     def contents(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """``state`` (this rank's) as a checkpoint: with the run's config and the kind."""
-        return stamped({**state, "config": self.config})
+        return stamped({**state, "config": self.config, "identity": run_identity(self.config)})
 
     def save(self, ckpt: dict[str, Any]) -> str | None:
         """Rank 0 writes ``ckpt`` (a collective when distributed); None, or on every rank alike

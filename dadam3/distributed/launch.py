@@ -12,18 +12,81 @@ the first failing rank's status, printing nothing more. A rank killed by a signa
 a crash) is one line here. A SIGINT/SIGTERM to the launcher is forwarded to the ranks by the
 agent (they checkpoint and stop; it waits up to ``--shutdown-timeout`` seconds, default 30)
 and the launcher exits with 128 + signal.
+
+A signal may land anywhere in the agent's own code, where torch's handler raises: inside its
+metrics wrapper the exception becomes an ``UnboundLocalError``, and the agent's clean-up then
+stops the ranks with SIGTERM whatever the signal was. So the launcher notes every signal it is
+sent (its own handler until the agent installs torch's, then torch's handler wrapped), the
+agent's shutdown forwards the signal that arrived (SIGINT stays SIGINT), a further signal while
+the ranks checkpoint is noted but lets them finish, and whatever the agent raised after a
+signal ends as that signal's exit status (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import sys
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torch's agent handles these
+
+
+class _Signalled(BaseException):
+    """A stop signal before the agent installed its handlers (torch still loading, rendezvous)."""
+
+
+_received: list[int] = []       # the stop signals this process was sent, in order
+_closing = [False]              # the agent is stopping the ranks: a further signal lets them finish
+
+
+def _note_early(signum, frame) -> None:
+    _received.append(signum)
+    raise _Signalled()
+
+
+def _noting(handler):
+    """torch's handler (it raises SignalException wherever the agent is), noting the signal first;
+    while the agent stops the ranks a further signal is only noted."""
+    @functools.wraps(handler)
+    def note(signum, frame):
+        _received.append(signum)
+        if not _closing[0]:
+            handler(signum, frame)
+    return note
+
+
+def _forwarding(shutdown):
+    """The agent's shutdown sending the ranks the signal that arrived (its clean-up after an
+    exception sends SIGTERM)."""
+    @functools.wraps(shutdown)
+    def close(self, death_sig=signal.SIGTERM, timeout=30):
+        _closing[0] = True
+        return shutdown(self, signal.Signals(_received[0]) if _received else death_sig, timeout)
+    return close
+
 
 def main(argv: list[str] | None = None) -> int:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _note_early)
+    try:
+        return _launch(argv)
+    except BaseException:
+        if _received:                   # whatever the agent raised after it: the signal's own status
+            return 128 + _received[0]
+        raise
+
+
+def _launch(argv: list[str] | None) -> int:
+    import torch.distributed.elastic.multiprocessing.api as mp_api
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
+
+    handler = getattr(mp_api, "_terminate_process_handler", None)      # torch's (absent: nothing to wrap)
+    if handler is not None and not hasattr(handler, "__wrapped__"):
+        mp_api._terminate_process_handler = _noting(handler)
+        LocalElasticAgent._shutdown = _forwarding(LocalElasticAgent._shutdown)
 
     for name in list(logging.root.manager.loggerDict):  # the agent's per-event warnings: not for users
         if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
@@ -41,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
               "log ends with the last record rank 0 wrote)", file=sys.stderr)
         return 128 - failure.exitcode
     except SignalException as e:
-        return 128 + int(e.sigval)
+        return 128 + int(_received[0] if _received else e.sigval)
     return 0
 
 

@@ -14,7 +14,7 @@ import yaml
 
 from dadam3.log_rewind import parse_record
 
-from dadam3.divergence import Breach, first_breach
+from dadam3.divergence import Breach, run_breach
 
 UNKNOWN = "unknown"
 DIRTY = "+dirty"                 # dadam3.job_log: a commit with uncommitted changes
@@ -74,11 +74,9 @@ class Run:
 
     @cached_property
     def breach(self) -> Breach | None:
-        """Where the run diverged: its own ``diverged`` record, else the rule (dadam3.divergence)."""
-        last = self.records[-1] if self.records else {}
-        if last.get("status") == "diverged":
-            return Breach(last["iteration"], last.get("node"), last.get("message", "diverged"))
-        return first_breach(self.records)
+        """Where the run diverged: its own ``diverged`` record, else the rule (a non-finite or
+        out-of-bound loss, frozen losses: :func:`dadam3.divergence.run_breach`)."""
+        return run_breach(self.records)
 
     @property
     def status(self) -> str:

@@ -16,13 +16,13 @@ from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.config import CONFIG_DIR
 from dadam3.errors import ConfigError
 from dadam3.schema.fields import closest, did_you_mean, schema_field
 from dadam3.schema.groups import GROUPS, option_schema
-from dadam3.schema.runs import SyntheticConfig, TrainConfig
+from dadam3.schema.runs import SyntheticConfig, TrainConfig, only_with
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
 
@@ -58,6 +58,24 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
         for o in values:
             for value in _values(o):
                 _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
+        if ROOTS[config_name] is TrainConfig:
+            _check_only_with(cfg, [o for o in values if not o.is_sweep_override()])
+
+
+def _check_only_with(cfg: DictConfig, given: list[Override]) -> None:
+    """A key given (at any value, its default too) where the config it makes means nothing by it
+    (:data:`~dadam3.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``)."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        for o in given:
+            try:
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+            except Exception:           # a value Hydra will refuse in its own words
+                return
+    for o in given:
+        said = only_with(cfg, o.key_or_group)
+        if said is not None:
+            raise ConfigError(o.key_or_group, o.get_value_element_as_str(), f"only used with {said}")
 
 
 def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequence[str] = ()) -> list[str]:

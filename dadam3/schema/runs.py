@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, Callable, ClassVar, Mapping, Optional
 
 import torch
 from omegaconf import MISSING
@@ -152,6 +152,7 @@ class TrainConfig(Section):
         if not data.is_images and arch not in ("mlp", "custom"):     # custom: checked against the data at start-up
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
+        _check_evaluation_keys(self)
         _check_cuda_keys_on_cpu(self)
         if self.placement == "local":
             for f in fields(self.distributed):
@@ -175,6 +176,48 @@ class TrainConfig(Section):
 # share of high-quality samples, which read metrics.every and metrics.samples
 IMAGE_METRICS_KEYS = ("inception", "fid", "kid", "feature_extractor", "inception_weights", "download_weights",
                       "batch_size", "per_node", "cache_dir")
+
+
+def _alpha_used(c: Any) -> bool:
+    return getattr(c.dataset, "partition", None) == "dirichlet"
+
+
+# a key (with what lies under it) -> when it means something (a test on the composed config or the
+# settings) and how that is said: given on the command line otherwise, even at its default, it is
+# refused (dadam3.schema.overrides.check_overrides); set by a preset, it is refused unless it is its
+# default (the cross checks); a resume that makes it meaningless drops the run's value
+# (dadam3.train_start.with_stored)
+ONLY_WITH: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "distributed": (lambda c: c.placement == "distributed", "placement=distributed"),
+    "cuda": (lambda c: c.device != "cpu", "a CUDA device (not device=cpu)"),
+    **{f"metrics.{key}": (lambda c: c.metrics.every > 0, "metrics.every > 0 (metrics.every=0: no evaluation)")
+       for key in IMAGE_METRICS_KEYS},
+    "dataset.alpha": (_alpha_used, "dataset.partition=dirichlet"),
+}
+
+
+def only_with(config: Any, key: str) -> str | None:
+    """What ``key`` needs (:data:`ONLY_WITH`) when ``config`` (composed or settings) lacks it; None
+    when the key means something there (or no rule names it, or the config cannot tell)."""
+    for name, (test, said) in ONLY_WITH.items():
+        if key == name or key.startswith(name + "."):
+            try:
+                return None if test(config) else said
+            except (AttributeError, KeyError, TypeError):
+                return None
+    return None
+
+
+def _check_evaluation_keys(s: TrainConfig) -> None:
+    """``metrics.every=0`` (no evaluation) with an evaluation key set off its default."""
+    if s.metrics.every:
+        return
+    defaults = Metrics()
+    for key in IMAGE_METRICS_KEYS:
+        value = getattr(s.metrics, key)
+        if value != getattr(defaults, key):
+            raise ConfigError(f"metrics.{key}", str(value).lower() if isinstance(value, bool) else value,
+                              f"only used with {ONLY_WITH['metrics.' + key][1]}")
 
 
 def _check_meaningful_for_points(s: TrainConfig) -> None:
