@@ -26,7 +26,8 @@ def resolved(key: str) -> dict:
         s = train_settings(compose("train", ["device=cpu", f"optimizer={name}", *extra]))
     else:
         s = synthetic_settings(compose("synthetic", [f"optimizer={name}", preset]))
-    assert dict(s.config["optimizer"]) == {"name": s.optimizer.name, **dict(s.optimizer.hparams)}   # the record
+    assert dict(s.config["optimizer"]) == {"name": s.optimizer.name, "engine": "auto",
+                                           **dict(s.optimizer.hparams)}   # the record
     return {"name": s.optimizer.name, **dict(s.optimizer.hparams)}
 
 

@@ -26,7 +26,12 @@ import torch
 
 
 class FlatGroup:
-    """Parameters, gradients and named state buffers of one group, all ``[n, P]``."""
+    """Parameters, gradients and named state buffers of one group, all ``[n, P]``.
+
+    The optimizer adds what an engine reads (:mod:`dadam3.optim.engines`): ``state`` (name ->
+    buffer), ``own`` and ``algo_state`` (the skeleton's and the algorithm's buffers, in the order
+    of ``OWN`` and ``STATE``), ``work`` (the value a round mixes) and ``scalars`` (step k's
+    numbers, a small tensor on the buffers' device)."""
 
     def __init__(self, params: Sequence[torch.Tensor]):
         params = list(params)
@@ -45,6 +50,10 @@ class FlatGroup:
             for p, view in zip(params, self._param_views):
                 view.copy_(p.detach())
                 p.data = view
+
+    def target(self, into: int) -> torch.Tensor:
+        """A round's destination: the parameters (``into`` 0) or skeleton buffer ``own[into - 1]``."""
+        return self.param_buf if into == 0 else self.own[into - 1]
 
     def views(self, buf: torch.Tensor) -> list[torch.Tensor]:
         """Each parameter's ``[n, ...]`` view of ``buf``."""

@@ -54,8 +54,6 @@ def register_twins() -> None:
     overload(ew.sqrt)(lambda x: lambda x: math.sqrt(x))
     overload(ew.maximum)(lambda a, b: lambda a, b: max(a, b))
     overload(ew.sign)(lambda x: lambda x: 1.0 if x > 0 else (-1.0 if x < 0 else x))
-    for helper in ew.HELPERS:
-        register_jitable(helper)
     overload(gather)(_gather)
     overload(scatter)(_scatter)
     register_jitable(inline="always")(element_pass)
@@ -111,7 +109,11 @@ def bind(body: Callable, name: str, cache: bool = True, inline: str = "never", *
     ``cache=False``, compiled in this process only); ``inline="always"`` makes numba inline it
     where it is called (no call, so no reference counting of the arrays passed)."""
     from numba import njit
+
+    from dadam3.optim.elementwise import HELPERS
     register_twins()
+    for helper in HELPERS:              # the helpers of every algorithm imported so far
+        jitted(helper)
     fn = types.FunctionType(body.__code__, {**body.__globals__, **names}, body.__name__, body.__defaults__)
     fn.__qualname__ = name
     return njit_cached(fn, inline=inline) if cache else njit(fn, inline=inline)

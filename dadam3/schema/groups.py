@@ -25,7 +25,7 @@ from dadam3.data.gaussians import GaussianRing
 from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
-from dadam3.optim import OPTIMIZERS, Spec, optimizer_spec
+from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run_logging import WANDB_MODES
 from dadam3.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
                                   schema_field, text)
@@ -237,7 +237,7 @@ class OptimizerOption(Option):
     """An ``optimizer`` option: its name (a key of :data:`dadam3.optim.OPTIMIZERS`) and the
     hyper-parameters of its algorithm (the class's ``HPARAMS``: defaults and intervals)."""
 
-    COMMON = ("name",)
+    COMMON = ("name", "engine")
 
     @property
     def hparams(self) -> Mapping[str, float]:
@@ -260,10 +260,14 @@ OPTIMIZER_SCHEMA = "OptimizerOption_"       # + the optimizer's name: its schema
 
 @functools.cache
 def optimizer_schema(spec: Spec) -> type:
-    """The schema of optimizer ``spec.name``: ``name``, then one field per hyper-parameter (its
-    ``HParam``'s default, and its check; each may change on resume)."""
+    """The schema of optimizer ``spec.name``: ``name``, ``engine``, then one field per
+    hyper-parameter (its ``HParam``'s default, and its check; each may change on resume)."""
     hparams = [(key, float, knob(hp.default, hp.check, resume=True)) for key, hp in spec.cls.HPARAMS.items()]
-    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name, [("name", str, knob(check=OptionName((spec.name,)))), *hparams],
+    # auto: torch.compile on CUDA, numba on the CPU | eager: the phase in Python everywhere, so a
+    # breakpoint in the algorithm's direction fires (dadam3/optim/engines.py)
+    engine = ("engine", str, knob("auto", Choice(ENGINES), resume=True))
+    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name,
+                         [("name", str, knob(check=OptionName((spec.name,)))), engine, *hparams],
                          bases=(OptimizerOption,))
     cls.__module__ = __name__            # found again by the module's __getattr__ (pickle, submitit)
     return cls

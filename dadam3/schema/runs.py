@@ -226,3 +226,6 @@ class SyntheticConfig(Section):
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer.check_topology(self.topology.name)
+        if self.optimizer.engine == "eager" and self.engine != "torch":
+            raise ConfigError("optimizer.engine", "eager", f"the torch optimizers' eager engine, but engine="
+                                                           f"{self.engine} compiles the game loop; add engine=torch")
