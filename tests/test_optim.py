@@ -287,13 +287,15 @@ def test_registry_defaults_are_the_class_tables():
 
 
 def test_unknown_optimizer_and_single_node_rule():
-    with pytest.raises(ConfigError, match=r"^name=adamw: unknown optimizer; allowed: adam3, dadam3"):
+    with pytest.raises(ConfigError, match=r"^name=adamw: unknown optimizer \(not in dadam3.optim.OPTIMIZERS\); "
+                                              r"allowed: adam3, dadam3"):
         build_optimizer("adamw", [param([1.0])], None)
     with pytest.raises(ConfigError, match=r"^nodes=5: name=adam3 is the single-node algorithm: use nodes=1 "
                                           r"\(or name=dadam3"):
         mixer_for("adam3", 5)
     # mixer_for's own argument for the topology's name (build_topology says name=)
-    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology; allowed: ring, "):
+    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology \(not in "
+                                              r"dadam3.topology.TOPOLOGIES\); allowed: ring, "):
         mixer_for("dadam3", 4, "hypercube")
     with pytest.raises(ConfigError, match=r"^topology=torus: nodes=5 has no factorisation .* use topology=ring"):
         mixer_for("dadam3", 5, "torus")

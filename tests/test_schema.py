@@ -63,7 +63,7 @@ def test_every_optimizer_composes_for_the_synthetic_game(option):
     (["dataset=celeba,cifar10", "dataset.workers=2"], "dataset.workers=2: means nothing for dataset=cifar10"),
     (["+logger.project=x"], "logger.project=x: means nothing for logger=jsonl (its keys: kind)"),
     (["+optimizer.beta3=0.1", "optimizer=dosg"], "optimizer.beta3=0.1: means nothing for optimizer=dosg (its keys: "
-                                                 "name, lr)"),
+                                                 "name, engine, lr)"),
     (["loop.log_every=0"], "loop.log_every=0: must be an integer >= 1"),
     (["loop.autocast=fp8"], "loop.autocast=fp8: unknown value; allowed: null, bf16"),
     (["optimizer.lr=1e-3,-1"], "optimizer.lr=-1: must be in"),

@@ -76,7 +76,8 @@ OPTIMIZERS: dict[str, Spec] = {
 def optimizer_spec(name: str) -> Spec:
     """The registry entry of ``name`` (one-line ConfigError for an unknown name)."""
     if name not in OPTIMIZERS:
-        raise ConfigError("name", name, f"unknown optimizer; allowed: {', '.join(OPTIMIZERS)}")
+        raise ConfigError("name", name, f"unknown optimizer (not in dadam3.optim.OPTIMIZERS); allowed: "
+                                        f"{', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name]
 
 

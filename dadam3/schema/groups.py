@@ -29,7 +29,7 @@ from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run_logging import WANDB_MODES
 from dadam3.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
                                   schema_field, text)
-from dadam3.topology import build_topology
+from dadam3.topology import TOPOLOGIES, build_topology
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
@@ -171,9 +171,10 @@ class Custom(Model):
 
 @dataclass
 class Topology(Option):
-    """A fixed graph named by ``name`` (ring, star, complete, exponential, one_peer_exponential)."""
+    """A graph of :data:`dadam3.topology.TOPOLOGIES` without options of its own, named by ``name``
+    (ring, star, complete, exponential, one_peer_exponential, ...: every one the registry holds)."""
     COMMON = ("name", "rounds")
-    name: str = knob(check=OptionName(("ring", "star", "complete", "exponential", "one_peer_exponential")))
+    name: str = knob(check=OptionName(tuple(name for name, b in TOPOLOGIES.items() if not b.options)))
     rounds: int = knob(default_of(build_topology, "rounds"), Int(1))   # gossip rounds per mixing: W^t
 
 
@@ -301,6 +302,9 @@ def option_schema(group: str, name: Any) -> type | None:
     key, options = GROUPS[group]
     return next((cls for cls in options.values() if name in schema_field(cls, key).metadata["check"].names), None)
 
+
+# group -> the registry its option names come from (said when a name is refused)
+REGISTRIES = {"topology": "dadam3.topology.TOPOLOGIES", "optimizer": "dadam3.optim.OPTIMIZERS"}
 
 # group -> (the key naming the option, {schema name: class}); the YAML files name the schemas
 GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
