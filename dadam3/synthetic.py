@@ -124,8 +124,7 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
         with named_as(t.keys("topology.")):
             result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
                                    seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
-                                   engine=s.engine, stop=lambda: stop.signum is not None,
-                                   optimizer_engine=o.engine)
+                                   engine=s.engine, stop=lambda: stop.signum is not None)
     except SyntheticDiverged as e:
         write_results(out_dir, e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)})
         raise

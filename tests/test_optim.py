@@ -303,7 +303,7 @@ def test_unknown_optimizer_and_single_node_rule():
 
 def test_an_hparams_why_follows_an_interval_only():
     """``why`` is said after the interval a value missed, decided from the check, not from the text."""
-    from dadam3.optim.base import EPS
+    from dadam3.optim.hparams import EPS
     with pytest.raises(ConfigError) as e:
         EPS.check("eps", -1.0)
     assert str(e.value) == "eps=-1.0: must be in (0, inf): the first step divides a zero gradient by sqrt(0) + eps"

@@ -16,7 +16,7 @@ import dadam3.optim as optim
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
-from dadam3.optim.base import LR, HParam
+from dadam3.optim.hparams import LR, HParam
 from dadam3.optim.elementwise import sign
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.run_logging import read_jsonl

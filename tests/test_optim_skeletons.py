@@ -24,7 +24,8 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
 from dadam3.mixing import LocalMixer
-from dadam3.optim.base import LR, NodeOptimizer
+from dadam3.optim.base import NodeOptimizer
+from dadam3.optim.hparams import LR
 from dadam3.optim.skeletons import PARAMS, Round, into_own
 from dadam3.topology import build_topology
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from dadam3 import topology as T
+from dadam3 import topology_checks as C
 from dadam3.errors import ConfigError
 from dadam3.schema import train_settings
 from dadam3.train import build_trainer
@@ -147,10 +148,10 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
     elif source == "npy":
         np.save(tmp_path / "W.npy", W)
         kw = {"file": str(tmp_path / "W.npy")}
-    assert T.stochastic_deviation(np.asarray(W)) > T.EXACT
-    with caplog.at_level("INFO", logger="dadam3.topology"):
+    assert C.stochastic_deviation(np.asarray(W)) > C.EXACT
+    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
         P = T.build_topology("explicit", 5, **kw).static_W
-    assert T.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
+    assert C.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
     assert np.array_equal(P > 0, T.ring(5) > 0)                  # the graph is kept
     lines = [r.getMessage() for r in caplog.records if "doubly stochastic scaling" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith(next(iter(kw)))
@@ -164,10 +165,10 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
 
 def test_exact_builders_are_used_as_built(caplog):
     """W of every builder is already doubly stochastic to rounding: used bit for bit, no log line."""
-    with caplog.at_level("INFO", logger="dadam3.topology"):
+    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
         np.testing.assert_array_equal(T.build_topology("ring", 5).static_W, T.ring(5))
         for name in ("complete", "star", "exponential", "erdos_renyi", "torus"):
-            assert T.stochastic_deviation(T.build_topology(name, 9).static_W) <= T.EXACT
+            assert C.stochastic_deviation(T.build_topology(name, 9).static_W) <= C.EXACT
     assert not caplog.records
 
 

@@ -31,7 +31,7 @@ from dadam3.optim import build_optimizer, mixer_for, optimizer_spec
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("numba", "torch")
+ENGINES = ("numba", "torch", "eager")    # eager: the torch optimizers on their eager engine (dadam3.optim.engines)
 CHUNK = 1 << 18
 
 
@@ -67,8 +67,7 @@ class SyntheticInterrupted(RunStopped):
 
 def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, float], nodes: int, iterations: int,
                   seed: int = 0, topology: str | Mapping[str, Any] = "ring", engine: str = "numba",
-                  log_its: np.ndarray | None = None, stop: Callable[[], bool] | None = None,
-                  optimizer_engine: str = "auto") -> SyntheticResult:
+                  log_its: np.ndarray | None = None, stop: Callable[[], bool] | None = None) -> SyntheticResult:
     """Run ``iterations`` steps of ``optimizer`` from zero on ``nodes`` nodes.
 
     ``topology``: a topology's name, or its config group (``name``, ``rounds`` and the
@@ -83,8 +82,6 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
         raise ConfigError("iterations", iterations, "must be an integer >= 1")
     if engine not in ENGINES:
         raise ConfigError("engine", engine, f"allowed: {', '.join(ENGINES)}")
-    if optimizer_engine == "eager" and engine != "torch":
-        raise ConfigError("optimizer_engine", optimizer_engine, "the torch optimizers' engine: needs engine=torch")
     iterations = int(iterations)
     topology_kw = {"name": topology} if isinstance(topology, str) else dict(topology)
     with named_as({"name": "optimizer"}):
@@ -95,7 +92,8 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
     if engine == "numba" and kernel is None:
         log.info("optimizer=%s: numba cannot compile its math; running the torch optimizer (engine=torch)",
                  optimizer)
-    run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer, optimizer_engine)
+    run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer,
+                                                                          "eager" if engine == "eager" else "auto")
     t0 = time.perf_counter()
     stop = stop or (lambda: False)
     err, r, final, done = run(game, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its, stop)
@@ -138,11 +136,11 @@ def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its
     return err, r, points[0].reshape(nodes, 2).copy(), k0
 
 
-def _run_torch(optimizer, optimizer_engine, game, hp, mixer, nodes, iterations, rng, log_its, stop):
+def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_its, stop):
     theta = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     alpha = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer,
-                          engine=optimizer_engine, **hp)
+                          engine=engine, **hp)
     zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc, li, k = 0.0, 0, 0

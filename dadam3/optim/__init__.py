@@ -30,8 +30,9 @@ from dadam3.errors import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam import DAdam, DPOAdam
 from dadam3.optim.adam3 import Dadam3
-from dadam3.optim.base import HParam, NodeOptimizer, start_together, step_together
+from dadam3.optim.base import NodeOptimizer, start_together, step_together
 from dadam3.optim.engines import ENGINES
+from dadam3.optim.hparams import HParam
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 from dadam3.optim.oadagrad import OAdagrad

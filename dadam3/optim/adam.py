@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from dadam3.optim.base import EPS, LR, HParam
+from dadam3.optim.hparams import EPS, LR, HParam
 from dadam3.optim.elementwise import helper, sqrt
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 

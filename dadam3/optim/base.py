@@ -40,46 +40,15 @@ convention, the loop contract and how an algorithm's math is run.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from dadam3.errors import ConfigError, check_range
+from dadam3.errors import ConfigError
+from dadam3.optim.hparams import HParam
 from dadam3.mixing import Mixer
 from dadam3.optim.engines import choose_engine
 from dadam3.optim.skeletons import Round, StepScalars
-
-
-@dataclass(frozen=True)
-class HParam:
-    """A hyper-parameter's default and allowed interval (``None``: unbounded; always finite)."""
-
-    default: float
-    low: float | None = 0.0
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = True
-    why: str = ""             # said after the interval when a value is refused
-
-    def check(self, name: str, value: Any) -> float:
-        """``value`` as a float in the interval, else a one-line ConfigError naming ``name``
-        (``why`` said after the interval, not after "must be a number")."""
-        check_range(name, value)                     # a finite number
-        try:
-            return check_range(name, value, self.low, self.high, self.low_open, self.high_open)
-        except ConfigError as e:
-            if not self.why:
-                raise
-            raise e.explained(self.why) from None
-
-
-# The defaults are the ONE source of every hyper-parameter's value (configs/optimizer/*.yaml
-# name the algorithm only): the paper's Table 6 (the WGAN-GP experiments). The synthetic game
-# of Section 5.1 uses others, set in configs/synthetic_optimizer/.
-LR = HParam(5e-5, 0.0, None, low_open=True)                        # Table 6: eta = 5e-5
-EPS = HParam(1e-8, 0.0, None, low_open=True,
-             why="the first step divides a zero gradient by sqrt(0) + eps")
 
 
 class NoScalars(NamedTuple):
@@ -240,26 +209,11 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
-# ---- flat buffers ----------------------------------------------------------------------
-# One parameter group's tensors as views of flat node-major buffers ``[n, P]``.
-#
-# An optimizer step is memory-bound: it should read and write each value once, in a few
-# kernels, whatever the number of parameter tensors. So every parameter of a group is made a
-# view of one buffer ``params [n, P]`` (n: the nodes this process holds, P: the group's values
-# per node, each parameter a contiguous column range), its ``.grad`` a view of ``grads [n, P]``,
-# and each state buffer (X, D, moments) is one ``[n, P]`` tensor whose per-parameter views are
-# what ``optimizer.state[p]`` shows. An update is then a handful of element-wise ops on whole
-# buffers and a gossip round one mixer call per buffer (one matmul along the node axis).
-#
-# The views keep every parameter's shape ``[n, ...]`` (rows are strided by P): modules read
-# them as before (a stacked convolution's weight reshape becomes a copy, which the forward
-# pass made anyway in the channel-grouped layout only for non-contiguous weights).
-# Gradients become views at the first step (a parameter's ``.grad`` is None until a caller sets
-# it, as in torch). If a caller replaces a parameter's data or ``.grad`` (``p.grad = g``;
-# ``Module.load_state_dict`` copies into the views and keeps them), :meth:`FlatGroup.sync`
-# copies the new tensor into the buffer and points the parameter back at its view before each
-# step; ``.grad`` written in place (``p.grad.copy_(g)``, as :mod:`dadam3.gan.wgan_gp` does)
-# costs nothing more.
+# ---- flat buffers: a step is memory-bound, so each group's parameters, gradients and state
+# are views of flat node-major [n, P] buffers (each parameter a column range; its shape kept,
+# rows strided by P). A round is then a few element-wise passes and one mixer call per buffer.
+# A caller that replaces a parameter's data or .grad (p.grad = g) is put back on the views by
+# FlatGroup.sync before each step; .grad written in place (as dadam3.gan.wgan_gp does) costs nothing.
 class FlatGroup:
     """Parameters, gradients and named state buffers of one group, all ``[n, P]``.
 

@@ -29,14 +29,11 @@ import math
 import sys
 import types
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from dadam3.numba_cache import njit_cached
-
-if TYPE_CHECKING:
-    from dadam3.optim.base import FlatGroup
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +62,7 @@ class Eager:
     def __init__(self, cls: type):
         self.cls = cls
 
-    def run(self, rnd, group: FlatGroup) -> None:
+    def run(self, rnd, group) -> None:
         eager_update(self.cls, rnd, group.grad_buf, group.scalars, group.param_buf, group.work, group.own,
                      group.algo_state)
 
@@ -84,7 +81,7 @@ class Compiled:
                                       for rnd in cls.START + cls.ROUNDS}
         self.kernels = Compiled._kernels[cls]
 
-    def run(self, rnd, group: FlatGroup) -> None:
+    def run(self, rnd, group) -> None:
         self.kernels[rnd](group.grad_buf, group.scalars, group.param_buf, group.work, group.own, group.algo_state)
 
 
@@ -106,7 +103,7 @@ class Numba:
     def __init__(self, cls: type, passes: dict):
         self.cls, self.passes = cls, passes
 
-    def run(self, rnd, group: FlatGroup) -> None:
+    def run(self, rnd, group) -> None:
         a, t = self.cls.split_scalars([float(v) for v in group.scalars.numpy()])   # CPU memory: no torch op
         flat = [b.numpy().reshape(-1) for b in (group.grad_buf, group.param_buf, group.work)]
         self.passes[rnd](flat[0], t, a, flat[1], tuple(b.numpy().reshape(-1) for b in group.own),

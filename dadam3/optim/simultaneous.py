@@ -7,7 +7,7 @@ the current point, then the parameters are gossiped (adapt-then-combine).
 """
 from __future__ import annotations
 
-from dadam3.optim.base import LR
+from dadam3.optim.hparams import LR
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 
 
