@@ -241,7 +241,7 @@ def test_bad_hyper_parameters(name, hp, match):
     with pytest.raises(ConfigError, match="^" + match.replace("name=dosg", "DOSG")):
         build_optimizer(name, [param([1.0])], None, **hp)
     said = match.replace("not an option of name=dosg; allowed: lr", r"means nothing for optimizer=dosg \(its keys: "
-                                                                    r"name, lr\)")
+                                                                    r"name, engine, lr\)")
     with pytest.raises(ConfigError, match="^optimizer." + said):     # the schema: the same check, in its keys
         train_settings(compose("train", ["device=cpu", f"optimizer={name}",
                                          *(f"optimizer.{k}={v}" for k, v in hp.items())]))
