@@ -1,9 +1,11 @@
-"""Helpers shared by the Hydra entry points: config location, resolvers, and a one-line
+"""Helpers shared by the Hydra entry points: config location (``dadam3/configs``, found through
+the package), resolvers, and a one-line
 error for an unknown group choice on the command line (before Hydra prints its
 multi-line one). The config's keys and values are checked in :mod:`dadam3.schema`."""
 from __future__ import annotations
 
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -11,7 +13,8 @@ from omegaconf import OmegaConf
 
 from dadam3.errors import ConfigError, exit_on_config_error
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# the configs ship with the package (package data; the repository's top-level configs/ links here)
+CONFIG_DIR = Path(str(resources.files("dadam3") / "configs")).resolve()
 
 if not OmegaConf.has_resolver("inv_one_plus_sq"):
     # beta2 = 1/(1+c^2) of Section 5.1 follows game.c

@@ -76,10 +76,7 @@ class Mixer:
 
     def _round_phases(self, k: int) -> list[int]:
         """Schedule index of each gossip round of iteration k (0 for a static W)."""
-        topo = self.topology
-        if not topo.time_varying:
-            return [0] * topo.rounds
-        return [((k - 1) * topo.rounds + r) % topo.period for r in range(topo.rounds)]
+        return [self.topology.phase(k, r) for r in range(self.topology.rounds)]
 
     def _round_matrix(self, phase: int) -> np.ndarray:
         topo = self.topology
@@ -124,7 +121,7 @@ class LocalMixer(Mixer):
         self.identity = self.nodes == 1
 
     def _phase(self, k: int) -> int:
-        return 0 if not self.topology.time_varying else ((k - 1) * self.topology.rounds) % self.topology.period
+        return self.topology.phase(k)
 
     def stencil(self, k: int, device, dtype) -> tuple[tuple[int, ...], torch.Tensor]:
         """(shifts, coefficients ``[S, M, 1]``) of the iteration-k operator W_k^t (cached per phase)."""

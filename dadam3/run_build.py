@@ -132,8 +132,10 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
     if s.cuda.autotune_layers and device.type == "cuda":       # each convolution's layout by measurement
         autotune_pair(G, D, s.loop.batch_size, autocast=s.loop.autocast == "bf16")
     compiled = None if s.cuda.compile_step else False      # None: compiled on CUDA (the optimizers' default)
-    opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, **o.hparams)
-    opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, **o.hparams)
+    opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
+                            **o.hparams)
+    opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
+                            **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
         evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, dtype))
     noise = NodeNoise(s.seed, where.placement.block, device, make_generator)

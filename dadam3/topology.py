@@ -17,7 +17,6 @@ Everything here is pure numpy (float64); nothing touches torch.distributed.
 """
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,16 +25,40 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dadam3.errors import ConfigError, check_int
+from dadam3.topology_checks import make_doubly_stochastic, spectral_gap_rho, validate
 
-log = logging.getLogger(__name__)
 
-TOLERANCE = 1e-6          # a W further than this from doubly stochastic is refused
-EXACT = 1e-14             # a W within TOLERANCE but further than this is projected (Sinkhorn)
-TOPOLOGIES = ("ring", "complete", "torus", "star", "exponential", "erdos_renyi",
-              "explicit", "one_peer_exponential")
+# --------------------------------------------------------------------------- the registry
+@dataclass(frozen=True)
+class Builder:
+    """One topology of :data:`TOPOLOGIES`: ``fn(nodes, **options)`` returns W, or with a
+    ``period`` (a function of the nodes) ``fn(nodes, r)`` returns schedule matrix r (time-varying).
+    ``options``: the keyword arguments of :func:`build_topology` it reads (its config keys);
+    ``given``: W comes from the user (validated as asked, errors name the option given)."""
+
+    fn: Callable[..., np.ndarray]
+    options: tuple[str, ...] = ()
+    period: Callable[[int], int] | None = None
+    given: bool = False
+
+
+# name -> Builder: the ONE list of topologies. The schema's allowed names
+# (dadam3/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
+# function decorated with @topology here and a YAML file configs/topology/NAME.yaml.
+TOPOLOGIES: dict[str, Builder] = {}
+
+
+def topology(name: str, options: tuple[str, ...] = (), period: Callable[[int], int] | None = None,
+             given: bool = False) -> Callable:
+    """Register the decorated builder under ``name`` in :data:`TOPOLOGIES` (see :class:`Builder`)."""
+    def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        TOPOLOGIES[name] = Builder(fn, options, period, given)
+        return fn
+    return register
 
 
 # --------------------------------------------------------------------------- builders
+@topology("ring")
 def ring(M: int) -> np.ndarray:
     """The paper's ring: W_ij = 1/3 if |i-j| <= 1 or |i-j| = M-1.
 
@@ -51,6 +74,7 @@ def ring(M: int) -> np.ndarray:
     return np.where((d <= 1) | (d == M - 1), 1.0 / 3.0, 0.0)
 
 
+@topology("complete")
 def complete(M: int) -> np.ndarray:
     """W = 11^T / M: one mixing round is exact averaging (the centralized variants)."""
     check_nodes(M)
@@ -71,6 +95,7 @@ def metropolis_hastings(adjacency: np.ndarray) -> np.ndarray:
     return W
 
 
+@topology("torus", options=("rows",))
 def torus(M: int, rows: int | None = None) -> np.ndarray:
     """2-D torus of ``rows x (M // rows)`` nodes, each linked to its 4 grid neighbours
     (wrapping around), Metropolis-Hastings weights (1/5 each when both sides >= 3).
@@ -98,6 +123,7 @@ def torus(M: int, rows: int | None = None) -> np.ndarray:
     return metropolis_hastings(A)
 
 
+@topology("star")
 def star(M: int) -> np.ndarray:
     """Star with node 0 as hub, Metropolis-Hastings weights (hub-leaf weight 1/M)."""
     check_nodes(M)
@@ -106,6 +132,7 @@ def star(M: int) -> np.ndarray:
     return metropolis_hastings(A)
 
 
+@topology("exponential")
 def exponential(M: int) -> np.ndarray:
     """Static exponential graph: i linked to i +- 2^k (mod M) for 2^k < M, made undirected,
     Metropolis-Hastings weights (so W is symmetric, as the paper's theory assumes)."""
@@ -119,6 +146,7 @@ def exponential(M: int) -> np.ndarray:
     return metropolis_hastings(A)
 
 
+@topology("erdos_renyi", options=("p", "seed"))
 def erdos_renyi(M: int, p: float, seed: int = 0, max_tries: int = 1000) -> np.ndarray:
     """G(M, p) with Metropolis-Hastings weights, redrawn (seeded) until connected."""
     check_nodes(M)
@@ -133,9 +161,11 @@ def erdos_renyi(M: int, p: float, seed: int = 0, max_tries: int = 1000) -> np.nd
     raise ConfigError("p", p, f"no connected G({M}, p) in {max_tries} draws; raise p")
 
 
-def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None = None) -> np.ndarray:
+@topology("explicit", options=("matrix", "file"), given=True)
+def explicit(M: int | None = None, matrix: Sequence[Sequence[float]] | None = None,
+             file: str | None = None) -> np.ndarray:
     """A user-given W: inline (``matrix``, a list of rows) or from a .npy / .csv / .txt
-    ``file`` (whitespace- or comma-separated rows)."""
+    ``file`` (whitespace- or comma-separated rows); ``M x M`` (``M=None``: any size)."""
     if (matrix is None) == (file is None):
         raise ConfigError("matrix", matrix, "give exactly one of {matrix=} (a list of rows) or {file=}",
                           {"matrix": matrix, "file": file})
@@ -160,9 +190,17 @@ def explicit(matrix: Sequence[Sequence[float]] | None = None, file: str | None =
         key = "matrix"
     if W.ndim != 2:
         raise ConfigError(key, f"array of shape {W.shape}", "must be a 2-D square matrix")
+    if M is not None and W.shape[0] != M:
+        raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {M}x{M} ({{nodes}})", {"nodes": M})
     return W.astype(float)
 
 
+def one_peer_period(M: int) -> int:
+    """tau = ceil(log2 M): the one-peer exponential graph's period (1 for a single node)."""
+    return max(1, math.ceil(math.log2(M))) if M > 1 else 1
+
+
+@topology("one_peer_exponential", period=one_peer_period)
 def one_peer_exponential(M: int, k: int) -> np.ndarray:
     """Time-varying one-peer exponential graph (Ying et al., NeurIPS 2021), beyond the paper.
 
@@ -174,78 +212,10 @@ def one_peer_exponential(M: int, k: int) -> np.ndarray:
     check_nodes(M)
     if M == 1:
         return np.ones((1, 1))
-    tau = max(1, math.ceil(math.log2(M)))
-    shift = 2 ** (k % tau)
+    shift = 2 ** (k % one_peer_period(M))
     W = 0.5 * np.eye(M)
     for i in range(M):
         W[i, (i + shift) % M] += 0.5
-    return W
-
-
-# --------------------------------------------------------------------------- properties
-def spectral_gap_rho(W: np.ndarray) -> float:
-    """rho = ||W - 11^T/M||_2 (largest singular value of W minus the averaging matrix)."""
-    M = W.shape[0]
-    return float(np.linalg.norm(W - np.full((M, M), 1.0 / M), ord=2))
-
-
-def validate(W: np.ndarray, key: str = "W", symmetric: bool = True,
-             require_connected: bool = True, tol: float = TOLERANCE) -> None:
-    """Raise a one-line :class:`ConfigError` unless W is a valid mixing matrix:
-    square, finite, non-negative, rows and columns summing to 1 (within ``tol``),
-    symmetric when ``symmetric``, and connected (rho < 1) when ``require_connected``."""
-    W = np.asarray(W, dtype=float)
-    if W.ndim != 2 or W.shape[0] != W.shape[1]:
-        raise ConfigError(key, f"matrix of shape {W.shape}", "mixing matrix must be square")
-    if not np.all(np.isfinite(W)):
-        raise ConfigError(key, "matrix with NaN/Inf", "mixing matrix entries must be finite")
-    if W.min() < -tol:
-        i, j = np.unravel_index(np.argmin(W), W.shape)
-        raise ConfigError(key, f"W[{i},{j}]={W[i, j]:g}", "mixing matrix entries must be >= 0")
-    for what, sums in (("row", W.sum(axis=1)), ("column", W.sum(axis=0))):
-        i = int(np.argmax(np.abs(sums - 1)))
-        if abs(sums[i] - 1) > tol:        # 1+1.3e-06, not 1 (as :.6g would print it)
-            total = f"{sums[i]:.6g}" if abs(sums[i] - 1) >= 1e-4 else f"1{sums[i] - 1:+.3g}"
-            raise ConfigError(key, f"{what} {i} sums to {total}",
-                              "mixing matrix must be doubly stochastic (rows and columns sum to 1)")
-    if symmetric and np.max(np.abs(W - W.T)) > tol:
-        raise ConfigError(key, "non-symmetric matrix", "must be symmetric (undirected graph, Assumption D); "
-                          "set {require_symmetric=false} to allow it", {"require_symmetric": True})
-    if require_connected and W.shape[0] > 1 and spectral_gap_rho(W) >= 1 - 1e-9:
-        raise ConfigError(key, f"rho={spectral_gap_rho(W):.6g}", "graph must be connected (rho = ||W - 11^T/M||_2 < 1)")
-
-
-def stochastic_deviation(W: np.ndarray) -> float:
-    """max over rows and columns of |sum - 1|."""
-    return float(max(np.max(np.abs(W.sum(axis=1) - 1)), np.max(np.abs(W.sum(axis=0) - 1))))
-
-
-def make_doubly_stochastic(W: np.ndarray, key: str = "W", symmetric: bool = True, max_iter: int = 1000) -> np.ndarray:
-    """W (:func:`validate`-d: within ``TOLERANCE``) made doubly stochastic to rounding (row and
-    column sums within :data:`EXACT` of 1; rows summing to 1 + delta would scale the node average
-    by 1 + delta every round), said in one log line; a W within ``EXACT`` is returned as given.
-    Sinkhorn-Knopp scaling ``W <- D_r W D_c`` keeps the zero pattern; a symmetric W is symmetrised,
-    then scaled by ``W <- D W D``, ``D = diag(1/sqrt(W 1))``, so it stays exactly symmetric."""
-    W0 = np.array(W, dtype=float)
-    before = stochastic_deviation(W0)
-    if before <= EXACT and (not symmetric or np.array_equal(W0, W0.T)):
-        return W0
-    W = np.maximum(W0, 0.0)                    # validate allowed entries down to -TOLERANCE
-    if symmetric:
-        W = (W + W.T) / 2
-    settled = 0
-    while settled <= 3 and max_iter > 0:  # a few more rounds once within EXACT: down to rounding
-        settled, max_iter = settled + 1 if stochastic_deviation(W) <= EXACT else 0, max_iter - 1
-        d_row = 1.0 / np.sqrt(W.sum(axis=1)) if symmetric else 1.0 / W.sum(axis=1)
-        W = W * np.outer(d_row, d_row) if symmetric else W * d_row[:, None] / (W * d_row[:, None]).sum(axis=0)
-    after = stochastic_deviation(W)
-    if after > EXACT:
-        raise ConfigError(key, f"row/column sums off by {before:.3g}",
-                          f"cannot be scaled to doubly stochastic within {EXACT:g} (left {after:.3g}); give an "
-                          "exactly doubly stochastic matrix")
-    log.info("%s: rows/columns sum to 1 only within %.3g; using its doubly stochastic scaling "
-             "(Sinkhorn%s, max |sum - 1| now %.3g, largest entry change %.3g)", key, before,
-             ", symmetric" if symmetric else "", after, float(np.max(np.abs(W - W0))))
     return W
 
 
@@ -270,6 +240,11 @@ class Topology:
     def matrix(self, k: int = 1) -> np.ndarray:
         return self.static_W if self.schedule is None else self.schedule(k)
 
+    def phase(self, k: int, r: int = 0) -> int:
+        """The schedule index of gossip round r (0..t-1) of iteration k: ``((k - 1) t + r) mod
+        period`` (0 for a static W). The one place this order is written."""
+        return ((k - 1) * self.rounds + r) % self.period if self.schedule is not None else 0
+
     def operator(self, k: int = 1) -> np.ndarray:
         """W^t (static), or W_{k,t} ... W_{k,1} for time-varying: round r uses the
         schedule's matrix number (k-1)*t + r."""
@@ -277,7 +252,7 @@ class Topology:
             if "static" not in self._cache:
                 self._cache["static"] = np.linalg.matrix_power(self.static_W, self.rounds)
             return self._cache["static"]
-        phase = ((k - 1) * self.rounds) % self.period
+        phase = self.phase(k)
         if phase not in self._cache:
             P = np.eye(self.nodes)
             for r in range(self.rounds):
@@ -304,27 +279,23 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError("rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
     rounds = int(rounds)
-    if name == "one_peer_exponential":
-        period = max(1, math.ceil(math.log2(nodes))) if nodes > 1 else 1
-        topo = Topology(name, nodes, rounds, schedule=lambda k: one_peer_exponential(nodes, k),
-                        period=period)
+    if name not in TOPOLOGIES:
+        raise ConfigError("name", name, f"unknown topology (not in dadam3.topology.TOPOLOGIES); allowed: "
+                                        f"{', '.join(TOPOLOGIES)}")
+    builder = TOPOLOGIES[name]
+    given = {"rows": rows, "p": p, "seed": seed, "matrix": matrix, "file": file}
+    options = {key: given[key] for key in builder.options}
+    if builder.period is not None:
+        period = builder.period(nodes)
+        topo = Topology(name, nodes, rounds, schedule=lambda r: builder.fn(nodes, r, **options), period=period)
         for r in range(period):
             validate(topo.schedule(r), "name", symmetric=False, require_connected=False)
         if nodes > 1 and topo.rho >= 1 - 1e-9:
             raise ConfigError("name", name, "product of one period is not connected")
         return topo
-    builders: dict[str, Callable[[], np.ndarray]] = {
-        "ring": lambda: ring(nodes), "complete": lambda: complete(nodes), "torus": lambda: torus(nodes, rows),
-        "star": lambda: star(nodes), "exponential": lambda: exponential(nodes),
-        "erdos_renyi": lambda: erdos_renyi(nodes, p, seed), "explicit": lambda: explicit(matrix, file)}
-    if name not in builders:
-        raise ConfigError("name", name, f"unknown topology; allowed: {', '.join(TOPOLOGIES)}")
-    W = builders[name]()
-    if name == "explicit":
-        key = "file" if file is not None else "matrix"
-        if W.shape[0] != nodes:
-            raise ConfigError(key, f"{W.shape[0]}x{W.shape[1]} matrix", f"must be {nodes}x{nodes} ({{nodes}})",
-                              {"nodes": nodes})
+    W = builder.fn(nodes, **options)
+    if builder.given:                   # the user's W: errors name the option given, symmetric as asked
+        key = next((k for k in builder.options if given[k] is not None), "name")
     else:
         key, require_symmetric = "name", True       # a built-in W (tested valid): the error names the key only
     validate(W, key, symmetric=require_symmetric)

@@ -1,6 +1,6 @@
 """Architecture numbers of the dadam3 package found first on ``PYTHONPATH`` (issue 27, point 2).
 
-    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs] [--resume] [--calls]
+    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs] [--resume] [--calls] [--step]
 
 Run it on two trees for a before -> after (e.g. ``git worktree add /tmp/before <commit>``,
 then ``PYTHONPATH=/tmp/before python scripts/arch_metrics.py``). The layer map and the
@@ -28,6 +28,11 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   and ``dadam3/train_start.py``, where the set-up lives after the change) is printed beside it
   (``climbs_into_builders``): before the change they ran in train.py's frames and counted
   there, so ``climbs + climbs_into_builders`` is the like-for-like total.
+* ``step_files`` (with ``--step``; issue 35 point 1): the files of ``dadam3/`` whose Python code
+  runs in one ``optimizer.step()`` (traced with ``sys.setprofile``; the third step of Dadam3 on
+  a 5-node ring, two parameter groups, float32 on the CPU; compilation and caches happen in the
+  first steps), once with the CPU's default engine and once with the eager engine
+  (``engine="eager"``; on a tree without that switch, ``opt._update = type(opt).update``).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ import argparse
 import ast
 import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import runpy
@@ -144,15 +150,52 @@ def climbs(root: Path, resume: bool = False) -> dict:
             f"calls_out{key}": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
 
 
+def step_files(root: Path) -> dict:
+    """The ``dadam3/`` files that one optimizer step runs Python code of (see the module docstring)."""
+    import torch
+
+    from dadam3.optim import build_optimizer, mixer_for
+    package = str(root) + os.sep
+    out = {}
+    for engine in ("default", "eager"):
+        params = [torch.zeros(5, 3, 4, requires_grad=True), torch.zeros(5, 7, requires_grad=True)]
+        groups = [{"params": params[:1]}, {"params": params[1:], "maximize": True}]
+        switch = "engine" in inspect.signature(build_optimizer).parameters
+        kw = {"engine": "eager"} if engine == "eager" and switch else {}
+        opt = build_optimizer("dadam3", groups, mixer_for("dadam3", 5, "ring"), **kw)
+        if engine == "eager" and not switch:          # a tree without the switch
+            opt._update = type(opt).update
+        files: set = set()
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(package):
+                files.add(os.path.relpath(frame.f_code.co_filename, root))
+        for k in range(3):
+            for p in params:
+                p.grad = torch.full_like(p, 0.1 * (k + 1))
+            if k == 2:
+                sys.setprofile(profile)
+            try:
+                opt.step()
+            finally:
+                sys.setprofile(None)
+        out[f"step_files_{engine}"] = sorted(files)
+        out[f"step_files_{engine}_count"] = len(files)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--no-climbs", action="store_true", help="the static numbers only")
     p.add_argument("--calls", action="store_true", help="list the calls out that the climbs count")
     p.add_argument("--resume", action="store_true", help="the climbs of a resume too")
+    p.add_argument("--step", action="store_true", help="the files one optimizer step runs (step_files)")
     a = p.parse_args()
     import dadam3
     root = Path(dadam3.__file__).resolve().parent
     out = {"package": str(root), **static_numbers(root)}
+    if a.step:
+        out.update(step_files(root))
     if not a.no_climbs:
         for resume in (False, True) if a.resume else (False,):
             with contextlib.redirect_stdout(sys.stderr):     # the run's log: stdout is the numbers'

@@ -61,6 +61,7 @@ from dadam3.gan.op_census import ByteCensus, ConvCensus
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.wgan_gp import wgan_gp_step
 from dadam3.optim import build_optimizer, mixer_for, optimizer_spec, step_together
+from dadam3.optim.engines import Eager
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
 HPARAMS = optimizer_spec("dadam3").check_hparams({})   # the class's defaults: Table 6 ("Training Parameters")
@@ -223,39 +224,44 @@ def count_optimizer(opts, counter: OpBytes):
     """Ops and bytes of one joint step of ``opts``; a compiled round update (torch.compile on CUDA,
     numba on the CPU) counts as one op reading g, the base point p, the skeleton's own buffers
     and the state, and writing work, own buffers and state: what the compiled kernel moves."""
-    originals = []
-    for opt in opts:
-        if opt.engine != "eager":
-            compiled = opt._update
-
-            def counted(rnd, g, s, p, work, own, state, _compiled=compiled):
-                counter.ops += 1
-                size = g.numel() * g.element_size()
-                counter.bytes += size * ((2 + len(own) + len(state)) + (1 + len(own) + len(state)))
-                with torch.utils._python_dispatch._disable_current_modes():
-                    return _compiled(rnd, g, s, p, work, own, state)
-            originals.append((opt, compiled))
-            opt._update = counted
+    originals = [(opt, opt.engine) for opt in opts if opt.engine.name != "eager"]
+    for opt, engine in originals:
+        opt.engine = CountedEngine(engine, counter)
     try:
         with counter:
             step_together(list(opts))
     finally:
-        for opt, compiled in originals:
-            opt._update = compiled
+        for opt, engine in originals:
+            opt.engine = engine
     return counter.ops, counter.bytes
+
+
+class CountedEngine:
+    """``engine`` (a compiled one) counted as one op per round and group moving its kernel's bytes."""
+
+    def __init__(self, engine, counter: OpBytes):
+        self.engine, self.counter, self.name = engine, counter, engine.name
+
+    def run(self, rnd, group) -> None:
+        self.counter.ops += 1
+        size = group.grad_buf.numel() * group.grad_buf.element_size()
+        n = len(group.own) + len(group.algo_state)
+        self.counter.bytes += size * ((2 + n) + (1 + n))
+        with torch.utils._python_dispatch._disable_current_modes():
+            self.engine.run(rnd, group)
 
 
 @contextlib.contextmanager
 def eager_updates(opts):
-    """The optimizers' plain (uncompiled) update while inside."""
-    saved = [opt._update for opt in opts]
+    """The optimizers' plain (eager) engine while inside."""
+    saved = [opt.engine for opt in opts]
     for opt in opts:
-        opt._update = type(opt).update
+        opt.engine = Eager(type(opt))
     try:
         yield
     finally:
-        for opt, update in zip(opts, saved):
-            opt._update = update
+        for opt, engine in zip(opts, saved):
+            opt.engine = engine
 
 
 CONVERSIONS = ("nchwToNhwc", "nhwcToNchw")   # cuDNN's layout conversion kernels (by name)

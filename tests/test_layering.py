@@ -20,13 +20,16 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # matching layer counts.
 LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
-    ("run machinery", ("dadam3.topology", "dadam3.ordered_mix", "dadam3.ordered_mix_triton", "dadam3.mixing",
+    ("run machinery", ("dadam3.topology", "dadam3.topology_checks", "dadam3.ordered_mix", "dadam3.ordered_mix_triton",
+                       "dadam3.mixing",
                        "dadam3.distributed", "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.",
                        "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
+    # the GAN's science (nets, stacking, WGAN-GP) is a component the schema reads defaults from
+    # (GP_LAMBDA); its trainer reads the schema's LoopSettings (an exact name wins over a prefix)
     ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
-                    "dadam3.games", "dadam3.metrics", "dadam3.metrics.")),
+                    "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
-    ("training", ("dadam3.gan", "dadam3.gan.")),
+    ("training", ("dadam3.gan.trainer",)),
     ("run", ("dadam3.run_dir", "dadam3.run_checks", "dadam3.run_build")),
     ("entry points", ("dadam3.train", "dadam3.train_start", "dadam3.synthetic", "dadam3.gossip_study", "dadam3.plot",
                       "dadam3.sweep", "dadam3.job_log", "dadam3.report", "dadam3.report.")),
@@ -48,8 +51,11 @@ MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
 def layer_of(module: str) -> int:
+    for i, (_, names) in enumerate(LAYERS):             # an exact name first, then a prefix
+        if module in names:
+            return i
     for i, (_, names) in enumerate(LAYERS):
-        if any(module == n or (n.endswith(".") and module.startswith(n)) for n in names):
+        if any(n.endswith(".") and module.startswith(n) for n in names):
             return i
     raise AssertionError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
 

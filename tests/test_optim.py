@@ -241,7 +241,7 @@ def test_bad_hyper_parameters(name, hp, match):
     with pytest.raises(ConfigError, match="^" + match.replace("name=dosg", "DOSG")):
         build_optimizer(name, [param([1.0])], None, **hp)
     said = match.replace("not an option of name=dosg; allowed: lr", r"means nothing for optimizer=dosg \(its keys: "
-                                                                    r"name, lr\)")
+                                                                    r"name, engine, lr\)")
     with pytest.raises(ConfigError, match="^optimizer." + said):     # the schema: the same check, in its keys
         train_settings(compose("train", ["device=cpu", f"optimizer={name}",
                                          *(f"optimizer.{k}={v}" for k, v in hp.items())]))
@@ -287,13 +287,15 @@ def test_registry_defaults_are_the_class_tables():
 
 
 def test_unknown_optimizer_and_single_node_rule():
-    with pytest.raises(ConfigError, match=r"^name=adamw: unknown optimizer; allowed: adam3, dadam3"):
+    with pytest.raises(ConfigError, match=r"^name=adamw: unknown optimizer \(not in dadam3.optim.OPTIMIZERS\); "
+                                              r"allowed: adam3, dadam3"):
         build_optimizer("adamw", [param([1.0])], None)
     with pytest.raises(ConfigError, match=r"^nodes=5: name=adam3 is the single-node algorithm: use nodes=1 "
                                           r"\(or name=dadam3"):
         mixer_for("adam3", 5)
     # mixer_for's own argument for the topology's name (build_topology says name=)
-    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology; allowed: ring, "):
+    with pytest.raises(ConfigError, match=r"^topology=hypercube: unknown topology \(not in "
+                                              r"dadam3.topology.TOPOLOGIES\); allowed: ring, "):
         mixer_for("dadam3", 4, "hypercube")
     with pytest.raises(ConfigError, match=r"^topology=torus: nodes=5 has no factorisation .* use topology=ring"):
         mixer_for("dadam3", 5, "torus")
@@ -301,7 +303,7 @@ def test_unknown_optimizer_and_single_node_rule():
 
 def test_an_hparams_why_follows_an_interval_only():
     """``why`` is said after the interval a value missed, decided from the check, not from the text."""
-    from dadam3.optim.base import EPS
+    from dadam3.optim.hparams import EPS
     with pytest.raises(ConfigError) as e:
         EPS.check("eps", -1.0)
     assert str(e.value) == "eps=-1.0: must be in (0, inf): the first step divides a zero gradient by sqrt(0) + eps"

@@ -1,26 +1,126 @@
-"""Adding an optimizer takes exactly what the README says: the algorithm (a class on a
-skeleton: HPARAMS, STATE, SCALARS, scalars, direction), one registry line and one YAML file. Here an
-optimistic sign method is added that way (its YAML in a directory on Hydra's search path) and
-runs in the GAN trainer and on the synthetic game, whose compiled loop runs the same math
-through numba; an algorithm written with a function numba cannot compile falls back to the
-torch optimizer there."""
-import math
+"""Adding an optimizer takes exactly what the README says: the algorithm (a module with a class on
+a skeleton: HPARAMS, STATE, SCALARS, scalars, direction), its import and one line in
+``OPTIMIZERS``, and one YAML file in ``configs/optimizer/``. Here an optimistic sign method is
+added that way to a copy of the package (its registry edited as a user edits it: no
+monkeypatching); in the copy the suite's tests of the optimizers' presets and schemas pass
+with it, and it trains a GAN and runs on the synthetic game (at the game's stated step size:
+it has no ``configs/synthetic_optimizer/`` preset), through numba's loop and through torch,
+equal. Also: an algorithm written with a function numba cannot compile falls back to the torch
+optimizer on the synthetic game."""
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import pytest
 import torch
-from trainer_runs import TOY, config, train
 
 import dadam3.optim as optim
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
-from dadam3.optim.base import LR, HParam
 from dadam3.optim.elementwise import sign
+from dadam3.optim.hparams import LR, HParam
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import train_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+OSIGN = '''"""Optimistic sign method: D_k = sign(G_k) * scale on the two-sequence skeleton."""
+from typing import NamedTuple
+
+from dadam3.optim.elementwise import sign
+from dadam3.optim.hparams import LR, HParam
+from dadam3.optim.skeletons.optimistic import OptimisticGossip
+
+
+class SignScalars(NamedTuple):
+    scale: float
+
+
+class OptimisticSign(OptimisticGossip):
+    HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
+    STATE = {"steps": 0.0}
+    SCALARS = SignScalars
+
+    @staticmethod
+    def scalars(h, k):
+        return SignScalars(h.scale)
+
+    @staticmethod
+    def direction(g, a, steps):
+        return sign(g) * a.scale, steps + 1.0
+'''
+RUN = textwrap.dedent('''
+    import json, math, sys
+    import numpy as np, torch
+    sys.path.insert(0, "tests")
+    from trainer_runs import TOY, train
+    from dadam3.games.synthetic import SyntheticGame
+    from dadam3.games.synthetic_run import run_synthetic
+    from dadam3.run_logging import read_jsonl
+    from dadam3.schema import compose, synthetic_settings
+    t = train(TOY + ["optimizer=osign", "optimizer.scale=0.5", "loop.iterations=4"], sys.argv[1])
+    recs = read_jsonl(sys.argv[1] + "/metrics.jsonl")
+    p = next(t.G.parameters())
+    hp = dict(synthetic_settings(compose("synthetic", ["optimizer=osign"])).optimizer.hparams)
+    game = SyntheticGame(c=1010, k=0.01)
+    runs = {e: run_synthetic(game, "osign", hp, nodes=3, iterations=50, engine=e) for e in ("numba", "torch")}
+    print(json.dumps({"status": recs[-1]["status"], "finite": math.isfinite(recs[-2]["loss_d"]),
+                      "steps": t.opt_g.state[p]["steps"].unique().tolist(),
+                      "d": sorted(set(t.opt_g.state[p]["d"].unique().tolist())), "synthetic_hp": hp,
+                      "numba_eq_torch": bool(np.allclose(runs["numba"].final_point, runs["torch"].final_point,
+                                                         rtol=1e-12, atol=1e-15)),
+                      "moved": float(abs(runs["numba"].final_point).max())}))
+''')
+
+
+@pytest.fixture(scope="module")
+def tree_with_osign(tmp_path_factory):
+    """A copy of the package, configs and tests with the optimizer added the README's way."""
+    tree = tmp_path_factory.mktemp("tree")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for part in ("dadam3", "configs", "tests"):
+        if (ROOT / part).is_symlink():
+            (tree / part).symlink_to(Path(*(ROOT / part).readlink().parts))
+        else:
+            shutil.copytree(ROOT / part, tree / part, ignore=ignore, symlinks=True)
+    (tree / "dadam3" / "optim" / "osign.py").write_text(OSIGN)                          # 1. the algorithm
+    init = tree / "dadam3" / "optim" / "__init__.py"                                    # 2. import + registry line
+    text = init.read_text().replace("from dadam3.topology import", "from dadam3.optim.osign import OptimisticSign\n"
+                                    "from dadam3.topology import", 1)
+    line = '    "dsgd": Spec("dsgd", DSGD),\n'
+    text = text.replace(line, line + '    "osign": Spec("osign", OptimisticSign),\n')
+    assert text.count("osign") == 3
+    init.write_text(text)
+    (tree / "configs" / "optimizer" / "osign.yaml").write_text(                        # 3. the YAML file
+        "defaults:\n  - schema_osign\n  - _self_\n\nname: osign\n")
+    return tree
+
+
+def in_tree(tree, *args, timeout=900):
+    return subprocess.run([sys.executable, *args], cwd=tree, capture_output=True, text=True, timeout=timeout,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "HOME": str(tree),
+                               "NUMBA_CACHE_DIR": str(tree / ".numba")})
+
+
+@pytest.mark.slow
+def test_the_suites_optimizer_tests_pass_with_an_optimizer_added_the_readme_way(tree_with_osign):
+    r = in_tree(tree_with_osign, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
+                "tests/test_schema_optimizer.py", "tests/test_schema.py", "-k", "osign")
+    assert r.returncode == 0 and " passed" in r.stdout and " failed" not in r.stdout, (r.stdout + r.stderr)[-3000:]
+
+
+@pytest.mark.slow
+def test_an_optimizer_added_the_readme_way_trains_a_gan_and_runs_the_synthetic_game(tree_with_osign):
+    r = in_tree(tree_with_osign, "-c", RUN, str(tree_with_osign / "run"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "finished" and out["finite"]
+    assert out["steps"] == [4.0] and set(out["d"]) <= {-0.5, 0.0, 0.5}
+    assert out["synthetic_hp"] == {"lr": 1e-2, "scale": 1.0}     # no preset: the game's stated step size
+    assert out["numba_eq_torch"] and out["moved"] > 0
 
 
 class SignScalars(NamedTuple):
@@ -48,35 +148,7 @@ class TorchSign(OptimisticSign):
 
     @staticmethod
     def direction(g, a, steps):
-        return torch.sign(g) * a.scale, steps + 1.0
-
-
-@pytest.fixture
-def osign(tmp_path, monkeypatch):
-    monkeypatch.setitem(optim.OPTIMIZERS, "osign", optim.Spec("osign", OptimisticSign))     # the registry line
-    (tmp_path / "conf" / "optimizer").mkdir(parents=True)
-    (tmp_path / "conf" / "optimizer" / "osign.yaml").write_text("name: osign\nlr: 1.0e-3\nscale: 0.5\n")
-    return [f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "optimizer=osign"]
-
-
-def test_a_new_optimizer_trains_a_gan(osign, tmp_path):
-    settings = train_settings(config(TOY + osign + ["loop.iterations=4", "loop.checkpoint_every=4"]))
-    assert dict(settings.optimizer.hparams) == {"lr": 1e-3, "scale": 0.5}
-    t = train(TOY + osign + ["loop.iterations=4", "loop.checkpoint_every=4"], tmp_path / "run")
-    recs = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert recs[-1]["status"] == "finished" and math.isfinite(recs[-2]["loss_d"])
-    p = next(t.G.parameters())
-    assert torch.equal(t.opt_g.state[p]["steps"], torch.full_like(p, 4.0))
-    assert set(t.opt_g.state[p]["d"].unique().tolist()) <= {-0.5, 0.0, 0.5}
-
-
-def test_a_new_optimizer_runs_on_the_synthetic_game(osign):
-    game = SyntheticGame(c=1010, k=0.01)
-    assert kernel_for(OptimisticSign) is not None                # its math compiles: the numba loop runs it
-    kernel = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, engine="numba")
-    torch_ = run_synthetic(game, "osign", {"lr": 1e-3}, nodes=3, iterations=50, engine="torch")
-    np.testing.assert_allclose(kernel.final_point, torch_.final_point, rtol=1e-12, atol=1e-15)
-    assert abs(kernel.final_point).max() > 0
+        return torch.sgn(g) * a.scale, steps + 1.0         # torch.sgn: no numba twin
 
 
 def test_math_numba_cannot_compile_runs_through_torch_on_the_synthetic_game(monkeypatch):

@@ -24,7 +24,8 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
 from dadam3.mixing import LocalMixer
-from dadam3.optim.base import LR, NodeOptimizer
+from dadam3.optim.base import NodeOptimizer
+from dadam3.optim.hparams import LR
 from dadam3.optim.skeletons import PARAMS, Round, into_own
 from dadam3.topology import build_topology
 
@@ -64,11 +65,9 @@ class GTSGD(GradientTracking):
 W2 = [[0.75, 0.25], [0.25, 0.75]]
 
 
-def two_node_run(update, steps=2):
+def two_node_run(engine, steps=2):
     p = torch.tensor([[1.0], [3.0]], dtype=torch.float64, requires_grad=True)
-    opt = GTSGD([p], LocalMixer(build_topology("explicit", 2, matrix=W2)), lr=0.1).start()
-    if update is not None:
-        opt._update = update(opt)
+    opt = GTSGD([p], LocalMixer(build_topology("explicit", 2, matrix=W2)), lr=0.1, engine=engine).start()
     for g in ([1.0, -2.0], [2.0, 1.0])[:steps]:
         p.grad = torch.tensor(g, dtype=torch.float64).reshape(2, 1)
         opt.step()
@@ -81,10 +80,10 @@ def test_a_third_skeleton_by_hand_on_every_torch_path():
     x1 = W @ ([1.0, 3.0] - 0.1 * y1)
     y2 = W @ (y1 + np.array([2.0, 1.0]) - [1.0, -2.0])
     x2 = W @ (x1 - 0.1 * y2)
-    numba_opt, numba_x = two_node_run(None)
-    assert numba_opt.engine == "numba"
+    numba_opt, numba_x = two_node_run("auto")
+    assert numba_opt.engine.name == "numba"
     np.testing.assert_allclose(numba_x, x2, rtol=1e-14)
-    _, eager_x = two_node_run(lambda opt: type(opt).update)
+    _, eager_x = two_node_run("eager")
     np.testing.assert_allclose(eager_x, x2, rtol=1e-14)
     np.testing.assert_allclose(numba_opt.state[numba_opt.flat[0].params[0]]["y"].reshape(-1), y2, rtol=1e-14)
 
@@ -117,7 +116,7 @@ def test_no_code_held_in_strings():
 PROBE = """
 import json, sys, torch
 from dadam3.optim import OPTIMIZERS
-from dadam3.optim.numba_pass import flat_passes
+from dadam3.optim.engines import flat_passes
 from dadam3.games.synthetic_kernels import kernel_for
 stats = {}
 for name in sys.argv[1:]:

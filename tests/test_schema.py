@@ -63,7 +63,7 @@ def test_every_optimizer_composes_for_the_synthetic_game(option):
     (["dataset=celeba,cifar10", "dataset.workers=2"], "dataset.workers=2: means nothing for dataset=cifar10"),
     (["+logger.project=x"], "logger.project=x: means nothing for logger=jsonl (its keys: kind)"),
     (["+optimizer.beta3=0.1", "optimizer=dosg"], "optimizer.beta3=0.1: means nothing for optimizer=dosg (its keys: "
-                                                 "name, lr)"),
+                                                 "name, engine, lr)"),
     (["loop.log_every=0"], "loop.log_every=0: must be an integer >= 1"),
     (["loop.autocast=fp8"], "loop.autocast=fp8: unknown value; allowed: null, bf16"),
     (["optimizer.lr=1e-3,-1"], "optimizer.lr=-1: must be in"),
@@ -136,13 +136,13 @@ def test_each_fields_resume_flag_is_what_may_change_on_resume_reads():
 
 
 def test_the_optimizer_group_is_an_ordinary_group():
-    """Each optimizer's schema is made from its registry entry (name, then its class's HPARAMS with
-    their defaults and checks), found as every group's is: by the chosen option's name."""
+    """Each optimizer's schema is made from its registry entry (name, engine, then its class's
+    HPARAMS with their defaults and checks), found as every group's is: by the chosen option's name."""
     for name, spec in OPTIMIZERS.items():
         cls = GROUPS["optimizer"][1][f"schema_{name}"]
         assert cls is option_schema("optimizer", name)
-        assert {f.name: f.default for f in fields(cls)} == {"name": MISSING, **{k: hp.default for k, hp in
-                                                                               spec.cls.HPARAMS.items()}}
+        assert {f.name: f.default for f in fields(cls)} == {"name": MISSING, "engine": "auto",
+                                                            **{k: hp.default for k, hp in spec.cls.HPARAMS.items()}}
         assert {f.name: f.metadata["check"] for f in fields(cls)}["lr"] == spec.cls.HPARAMS["lr"].check
     cfg = compose("train", ["device=cpu", "optimizer=adam3", "nodes=1"])      # adam3.yaml builds on dadam3.yaml
     s = train_settings(cfg)
@@ -170,8 +170,9 @@ def test_no_yaml_repeats_a_default_of_its_schema():
             defaults = {f.name: f.default for f in fields(option_schema(group, yaml[key]))}
             assert set(yaml) <= set(defaults), path
             assert not [k for k, v in yaml.items() if v == defaults[k]], path
-    for name in ("train", "synthetic"):
-        assert set(OmegaConf.load(CONFIG_DIR / f"{name}.yaml")) == {"defaults", "hydra"}
+    assert set(OmegaConf.load(CONFIG_DIR / "train.yaml")) == {"defaults", "hydra"}
+    synthetic = OmegaConf.load(CONFIG_DIR / "synthetic.yaml")       # and the game's step size, for every optimizer
+    assert set(synthetic) == {"defaults", "hydra", "optimizer"} and synthetic.optimizer == {"lr": 1e-2}
     assert set(OmegaConf.load(CONFIG_DIR / "loop" / "default.yaml")) == {"defaults"}
 
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from dadam3 import topology as T
+from dadam3 import topology_checks as C
 from dadam3.errors import ConfigError
 from dadam3.schema import train_settings
 from dadam3.train import build_trainer
@@ -116,7 +117,8 @@ def test_non_symmetric_rejected_unless_allowed():
 
 
 def test_bad_names_and_values():
-    with pytest.raises(ConfigError, match=r"^name=hypercube: unknown topology; allowed: ring, "):
+    with pytest.raises(ConfigError, match=r"^name=hypercube: unknown topology \(not in dadam3.topology.TOPOLOGIES\); "
+                                              r"allowed: ring, "):
         T.build_topology("hypercube", 4)
     with pytest.raises(ConfigError, match=r"^nodes=0: must be an integer >= 1"):
         T.build_topology("ring", 0)
@@ -146,10 +148,10 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
     elif source == "npy":
         np.save(tmp_path / "W.npy", W)
         kw = {"file": str(tmp_path / "W.npy")}
-    assert T.stochastic_deviation(np.asarray(W)) > T.EXACT
-    with caplog.at_level("INFO", logger="dadam3.topology"):
+    assert C.stochastic_deviation(np.asarray(W)) > C.EXACT
+    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
         P = T.build_topology("explicit", 5, **kw).static_W
-    assert T.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
+    assert C.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
     assert np.array_equal(P > 0, T.ring(5) > 0)                  # the graph is kept
     lines = [r.getMessage() for r in caplog.records if "doubly stochastic scaling" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith(next(iter(kw)))
@@ -163,10 +165,10 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
 
 def test_exact_builders_are_used_as_built(caplog):
     """W of every builder is already doubly stochastic to rounding: used bit for bit, no log line."""
-    with caplog.at_level("INFO", logger="dadam3.topology"):
+    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
         np.testing.assert_array_equal(T.build_topology("ring", 5).static_W, T.ring(5))
         for name in ("complete", "star", "exponential", "erdos_renyi", "torus"):
-            assert T.stochastic_deviation(T.build_topology(name, 9).static_W) <= T.EXACT
+            assert C.stochastic_deviation(T.build_topology(name, 9).static_W) <= C.EXACT
     assert not caplog.records
 
 
@@ -196,3 +198,32 @@ def test_a_topology_file_that_is_no_matrix_is_one_line_before_any_training(tmp_p
             build_trainer(train_settings(config(TOY + overrides)), tmp_path / "fresh")
         assert str(e.value).startswith(f"topology.file={path}: {says}") and "\n" not in str(e.value), str(e.value)
         assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("name", list(T.TOPOLOGIES))
+def test_every_registered_topology_has_its_yaml_and_schema(name):
+    """One registry: each name of dadam3.topology.TOPOLOGIES has configs/topology/NAME.yaml, a
+    schema that allows it (dadam3/schema/groups.py reads the registry) and composes."""
+    from dadam3.config import CONFIG_DIR
+    from dadam3.schema import compose
+    from dadam3.schema.groups import option_schema
+    assert (CONFIG_DIR / "topology" / f"{name}.yaml").is_file()
+    assert option_schema("topology", name) is not None
+    extra = ["topology.matrix=[[0.5,0.5],[0.5,0.5]]", "nodes=2"] if T.TOPOLOGIES[name].given else []
+    assert train_settings(compose("train", ["device=cpu", f"topology={name}", *extra])).topology.name == name
+
+
+def test_every_topology_yaml_names_a_registered_topology():
+    from dadam3.config import group_choices
+    assert set(group_choices("topology")) == set(T.TOPOLOGIES)
+
+
+def test_the_gossip_phase_is_written_once():
+    """Round r of iteration k uses schedule matrix ((k - 1) t + r) mod period: Topology.phase,
+    which the mixers and Topology.operator read."""
+    topo = T.build_topology("one_peer_exponential", 8, 2)
+    assert topo.period == 3
+    assert [[topo.phase(k, r) for r in range(2)] for k in (1, 2, 3, 4)] == [[0, 1], [2, 0], [1, 2], [0, 1]]
+    W = topo.schedule(topo.phase(2, 1)) @ topo.schedule(topo.phase(2, 0))
+    np.testing.assert_array_equal(topo.operator(2), W)
+    assert T.build_topology("ring", 5, 3).phase(7, 2) == 0

@@ -5,14 +5,14 @@ loop over iterations (the game's closed-form operator, the metrics, the gossip w
 time-varying operators) is compiled by numba. The optimizer is not spelled again: an
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
 each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
-(:func:`dadam3.optim.numba_pass.element_pass`) followed by its mixing, with the algorithm's
+(:func:`dadam3.optim.engines.element_pass`) followed by its mixing, with the algorithm's
 own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
 inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
 comes at the ~50 logged iterations: a call between compiled functions passes each array with
 an atomic reference count up and down, which at M = 5 cost more than the math (Dadam3 ~475 ns
 per iteration with a call per round and helper, ~225 without). ``tests/test_games_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
-of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_pass.bind`).
+of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.engines.bind`).
 
 Buffers are flat, node-major: ``[theta_0, alpha_0, theta_1, alpha_1, ...]``; ``points`` is the
 parameters (the gradient point) followed by the skeleton's own buffers; ``ops`` = (W [P, M, M],
@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from dadam3.numba_cache import njit_cached
-from dadam3.optim.numba_pass import bind, cache_name, element_pass, jitted
+from dadam3.optim.engines import bind, cache_name, element_pass, jitted
 from dadam3.optim.skeletons import StepScalars
 
 log = logging.getLogger(__name__)

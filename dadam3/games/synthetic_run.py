@@ -33,7 +33,7 @@ from dadam3.optim import build_optimizer, mixer_for, optimizer_spec
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("numba", "torch")
+ENGINES = ("numba", "torch", "eager")    # eager: the torch optimizers on their eager engine (dadam3.optim.engines)
 CHUNK = 1 << 18
 TARGET_ERROR = 1e-2        # first_hit: the first iteration k with e_k <= this
 
@@ -96,7 +96,8 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
     if engine == "numba" and kernel is None:
         log.info("optimizer=%s: numba cannot compile its math; running the torch optimizer (engine=torch)",
                  optimizer)
-    run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer)
+    run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer,
+                                                                          "eager" if engine == "eager" else "auto")
     t0 = time.perf_counter()
     stop = stop or (lambda: False)
     err, r, final, done, hit = run(game, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its, stop)
@@ -152,10 +153,11 @@ def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its
     return err, r, points[0].reshape(nodes, 2).copy(), k0, int(hit[1]) or None
 
 
-def _run_torch(optimizer, game, hp, mixer, nodes, iterations, rng, log_its, stop):
+def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_its, stop):
     theta = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
     alpha = torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True)
-    opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hp)
+    opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer,
+                          engine=engine, **hp)
     zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc, li, k, hit = 0.0, 0, 0, None

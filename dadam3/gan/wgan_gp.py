@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 import torch.nn as nn
 
-GP_LAMBDA = 10.0
+GP_LAMBDA = 10.0          # the penalty weight of Gulrajani et al. (2017); loop.gp_lambda's default
 PLAYERS = ("both", "critic", "generator")
 
 

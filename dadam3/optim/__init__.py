@@ -28,20 +28,21 @@ from typing import Any, Callable, Mapping
 
 from dadam3.errors import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
+from dadam3.optim.adam import DAdam, DPOAdam
 from dadam3.optim.adam3 import Dadam3
-from dadam3.optim.base import HParam, NodeOptimizer
+from dadam3.optim.base import NodeOptimizer, start_together, step_together
+from dadam3.optim.engines import ENGINES
+from dadam3.optim.hparams import HParam
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.optim.skeletons.single import SingleSequenceGossip
-from dadam3.optim.together import start_together, step_together
 from dadam3.optim.oadagrad import OAdagrad
-from dadam3.optim.oadam import DPOAdam
 from dadam3.optim.osg import DOSG
-from dadam3.optim.simultaneous import DAdam, DSGD
+from dadam3.optim.simultaneous import DSGD
 from dadam3.topology import Topology, build_topology
 
 __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
            "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec",
-           "optimizer_spec", "build_optimizer", "mixer_for"]
+           "ENGINES", "optimizer_spec", "build_optimizer", "mixer_for"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,8 @@ OPTIMIZERS: dict[str, Spec] = {
 def optimizer_spec(name: str) -> Spec:
     """The registry entry of ``name`` (one-line ConfigError for an unknown name)."""
     if name not in OPTIMIZERS:
-        raise ConfigError("name", name, f"unknown optimizer; allowed: {', '.join(OPTIMIZERS)}")
+        raise ConfigError("name", name, f"unknown optimizer (not in dadam3.optim.OPTIMIZERS); allowed: "
+                                        f"{', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name]
 
 
@@ -100,10 +102,12 @@ def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,
 
 
 def build_optimizer(name: str, params, mixer: Mixer | None, maximize: bool = False, compile: bool | None = None,
-                    start: bool = True, **hparams) -> NodeOptimizer:
+                    start: bool = True, engine: str = "auto", **hparams) -> NodeOptimizer:
     """Build optimizer ``name`` over stacked ``params`` (iterable of tensors or param groups);
-    ``compile``: compile its update with torch.compile (None: on CUDA); ``start``: call its
+    ``compile``: compile its update with torch.compile (None: on CUDA); ``engine``: ``"auto"``
+    (torch.compile on CUDA, numba on the CPU) or ``"eager"`` (the phase in Python everywhere, so a
+    breakpoint in ``direction`` fires; :mod:`dadam3.optim.engines`); ``start``: call its
     ``start()`` (the first gossip round) — pass False to start several together, or to load a
     checkpoint instead."""
-    opt = optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, **hparams)
+    opt = optimizer_spec(name).cls(params, mixer=mixer, maximize=maximize, compile=compile, engine=engine, **hparams)
     return opt.start() if start else opt

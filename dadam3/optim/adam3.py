@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dadam3.optim.base import EPS, LR, HParam
+from dadam3.optim.hparams import EPS, LR, HParam
 from dadam3.optim.elementwise import maximum, sqrt
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 

@@ -23,13 +23,16 @@ convention, the loop contract and how an algorithm's math is run.
   (a module of :mod:`dadam3.optim.skeletons`) does the rest: its element-wise phases and its
   gossip rounds.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:mod:`dadam3.optim.flat`), so a round is one pass over the buffers and one mixer call.
-  The pass is ``torch.compile`` of the phase on CUDA (``compile=True``), the same functions
-  compiled by numba on the CPU (:mod:`dadam3.optim.numba_pass`, cached on disk across
-  processes), and the phase run eagerly on whole tensors otherwise (``compile=False`` on CUDA,
-  fake tensors). :func:`~dadam3.optim.together.step_together` steps several optimizers that
-  share a mixer with one exchange per gossip round for all of them.
-* The torch passes read a step's numbers from one small tensor per group on the buffers'
+  (:class:`FlatGroup`, below), so a round is one pass over the buffers and one mixer call.
+  The pass is run by one of three named engines (:mod:`dadam3.optim.engines`: ``Compiled``,
+  ``torch.compile`` of the phase on CUDA; ``Numba``, the same functions compiled by numba on the
+  CPU; ``Eager``, the phase in Python on whole tensors), chosen once by the constructor
+  (``engine="eager"`` runs the eager one everywhere, so a breakpoint in ``direction`` fires).
+* The step is ONE loop, :func:`run_rounds` (called by :func:`step_together`): for each round of
+  the skeleton, the engine runs the phase in every group of every optimizer, then one mixer call
+  gossips all of their buffers (for the generator's and the critic's optimizers: one exchange
+  per round for both).
+* The torch engines read a step's numbers from one small tensor per group on the buffers'
   device, ``flat.scalars`` = ``[*SCALARS, *StepScalars]`` (the algorithm's fields, then the
   gradient's sign and lr), written in place before each step (an asynchronous copy on CUDA): a
   captured CUDA graph of the passes replays with the numbers of each new step.
@@ -37,50 +40,15 @@ convention, the loop contract and how an algorithm's math is run.
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from dadam3.errors import ConfigError, check_range
+from dadam3.errors import ConfigError
+from dadam3.optim.hparams import HParam
 from dadam3.mixing import Mixer
-from dadam3.optim import numba_pass
-from dadam3.optim.flat import FlatGroup
-from dadam3.optim.skeletons import PARAMS, Round, StepScalars
-from dadam3.optim.together import MixRound, start_together, step_together
-
-
-@dataclass(frozen=True)
-class HParam:
-    """A hyper-parameter's default and allowed interval (``None``: unbounded; always finite)."""
-
-    default: float
-    low: float | None = 0.0
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = True
-    why: str = ""             # said after the interval when a value is refused
-
-    def check(self, name: str, value: Any) -> float:
-        """``value`` as a float in the interval, else a one-line ConfigError naming ``name``
-        (``why`` said after the interval, not after "must be a number")."""
-        check_range(name, value)                     # a finite number
-        try:
-            return check_range(name, value, self.low, self.high, self.low_open, self.high_open)
-        except ConfigError as e:
-            if not self.why:
-                raise
-            raise e.explained(self.why) from None
-
-
-# The defaults are the ONE source of every hyper-parameter's value (configs/optimizer/*.yaml
-# name the algorithm only): the paper's Table 6 (the WGAN-GP experiments). The synthetic game
-# of Section 5.1 uses others, set in configs/synthetic_optimizer/.
-LR = HParam(5e-5, 0.0, None, low_open=True)                        # Table 6: eta = 5e-5
-EPS = HParam(1e-8, 0.0, None, low_open=True,
-             why="the first step divides a zero gradient by sqrt(0) + eps")
-ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
-NUMBA_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
+from dadam3.optim.engines import choose_engine
+from dadam3.optim.skeletons import Round, StepScalars
 
 
 class NoScalars(NamedTuple):
@@ -150,20 +118,8 @@ class NodeOptimizer(torch.optim.Optimizer):
         n = len(cls.SCALARS._fields)
         return cls.SCALARS(*values[:n]), StepScalars(*values[n:])
 
-    @classmethod
-    def update(cls, rnd: Round, g, s, p, work, own, state) -> None:
-        """Round ``rnd``'s phase on whole flat tensors (``s``: the scalars tensor): the value to
-        mix written into ``work``, the new ``own`` and ``state`` into their buffers."""
-        a, t = cls.split_scalars(s.unbind(0))
-        value, new_own, new_state = rnd.phase(cls.direction, g, t, a, p, own, state)
-        work.copy_(value)
-        for bufs, new in ((own, new_own), (state, new_state)):
-            for buf, v in zip(bufs, new or ()):
-                if v is not buf:
-                    buf.copy_(v)
-
     def __init__(self, params: Iterable, mixer: Mixer | None = None, maximize: bool = False,
-                 compile: bool | None = None, **hparams):
+                 compile: bool | None = None, engine: str = "auto", **hparams):
         super().__init__(params, {**self.check_hparams(hparams), "maximize": maximize})
         self.mixer = mixer
         self.k = 0
@@ -180,27 +136,14 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group, flat in zip(self.param_groups, self.flat):
             init = {**{name: 0.0 for name in self.OWN}, **self.STATE}
             flat.state = {name: flat.new_buffer(group[v] if isinstance(v, str) else v) for name, v in init.items()}
+            flat.own = tuple(flat.state[name] for name in self.OWN)
+            flat.algo_state = tuple(flat.state[name] for name in self.STATE)
             flat.work = torch.empty_like(flat.param_buf)
             flat.scalars = None
             self._bind_state_views(flat)
-        self.engine, self._update = self._choose_update(compile)
-
-    def _choose_update(self, compile: bool | None) -> tuple[str, Callable[..., None]]:
-        """("compiled" | "numba" | "eager", the update ``(round, g, s, p, work, own, state)``):
-        ``torch.compile`` when asked (by default on CUDA), numba on the CPU, the eager
-        :meth:`update` otherwise. Tensors without memory (meta or fake tensors: device checks
-        without a GPU) have none to run a kernel on."""
-        buf = self.flat[0].param_buf if self.flat else torch.empty(0)
-        real = _has_memory(buf)
-        if compile is None:
-            compile = buf.device.type == "cuda" and torch.cuda.is_available() and real
-        if compile:
-            return "compiled", compiled_update(type(self))
-        if buf.device.type == "cpu" and real and buf.dtype in NUMBA_DTYPES:
-            passes = numba_pass.flat_passes(type(self), buf.dtype)
-            if passes is not None:
-                return "numba", _on_numpy(type(self), passes)
-        return "eager", type(self).update
+        # Eager, Compiled or Numba (dadam3.optim.engines); engine="eager": Eager everywhere
+        self.engine = choose_engine(type(self), self.flat[0].param_buf if self.flat else torch.empty(0),
+                                    engine, compile)
 
     def _bind_state_views(self, flat: FlatGroup) -> None:
         """``optimizer.state[p][name]`` = p's view of each flat state buffer."""
@@ -221,46 +164,26 @@ class NodeOptimizer(torch.optim.Optimizer):
         for group in self.param_groups:
             yield from group["params"]
 
+    def scalars_tensor(self, flat: FlatGroup, k: int) -> torch.Tensor:
+        """Step k's ``[*SCALARS, *StepScalars]`` of ``flat``'s group on the buffers' device: on
+        CUDA the same tensor every step, written in place by an asynchronous copy (what a captured
+        CUDA graph of the rounds reads)."""
+        a, t = self.step_scalars(self.param_groups[self.flat.index(flat)], k)
+        values = torch.tensor([*a, *t], dtype=flat.param_buf.dtype)
+        device = flat.param_buf.device
+        if device.type != "cuda":
+            return values.to(device)
+        if flat.scalars is None or flat.scalars.numel() != values.numel():
+            flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
+        flat.scalars.copy_(values.pin_memory(), non_blocking=True)
+        return flat.scalars
+
     def _write_scalars(self, k: int) -> None:
-        """Step k's ``[*SCALARS, *StepScalars]`` of each group into its ``flat.scalars`` on the
-        buffers' device: on CUDA the same tensor every step, written in place by an asynchronous
-        copy (what a captured CUDA graph of the rounds reads)."""
-        for group, flat in zip(self.param_groups, self.flat):
-            a, t = self.step_scalars(group, k)
-            values = torch.tensor([*a, *t], dtype=flat.param_buf.dtype)
-            device = flat.param_buf.device
-            if device.type != "cuda":
-                flat.scalars = values.to(device)
-                continue
-            if flat.scalars is None or flat.scalars.numel() != values.numel():
-                flat.scalars = torch.empty(values.numel(), dtype=values.dtype, device=device)
-            flat.scalars.copy_(values.pin_memory(), non_blocking=True)
-
-    def _run_rounds(self, rounds: tuple[Round, ...], k: int) -> Iterator[MixRound]:
-        """Each round's phase in every group, then its gossip (step k; 0 for start(), whose
-        phases read no scalars: they get step 1's). ``scalars_written_by_caller``: a captured CUDA
-        graph of the step (:class:`dadam3.gan.cuda_graph.IterationGraph`) writes them before each replay."""
-        if not self.scalars_written_by_caller:
-            self._write_scalars(max(k, 1))
-        for rnd in rounds:
-            for flat in self.flat:
-                self._update(rnd, flat.grad_buf, flat.scalars, flat.param_buf, flat.work,
-                             tuple(flat.state[name] for name in self.OWN),
-                             tuple(flat.state[name] for name in self.STATE))
-            into = [f.param_buf if rnd.into == PARAMS else f.state[self.OWN[rnd.into - 1]] for f in self.flat]
-            yield MixRound([f.work for f in self.flat], into, k + rnd.offset)
-
-    def _rounds(self) -> Iterator[MixRound]:
-        """The step as a generator of its gossip rounds (see :func:`step_together`)."""
-        self.k += 1
+        """Step k's scalars of every group into ``flat.scalars``: what a captured CUDA graph of the
+        step reads, written by the caller before each replay (``scalars_written_by_caller``,
+        :class:`dadam3.gan.cuda_graph.IterationGraph`)."""
         for flat in self.flat:
-            flat.sync()
-        yield from self._run_rounds(self.ROUNDS, self.k)
-
-    def _start_rounds(self) -> Iterator[MixRound]:
-        """``start()`` as a generator of its gossip rounds."""
-        self.started = True
-        yield from self._run_rounds(self.START, 0)
+            flat.scalars = self.scalars_tensor(flat, k)
 
     @torch.no_grad()
     def start(self) -> "NodeOptimizer":
@@ -294,46 +217,132 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
-def _has_memory(t: torch.Tensor) -> bool:
-    """Whether ``t`` has memory a kernel can run on: not a meta tensor nor a fake one (a
-    ``FakeTensorMode`` tensor reports its device but keeps its storage on ``meta``)."""
-    return t.untyped_storage().device.type != "meta"
+# ---- flat buffers: a step is memory-bound, so each group's parameters, gradients and state
+# are views of flat node-major [n, P] buffers (each parameter a column range; its shape kept,
+# rows strided by P). A round is then a few element-wise passes and one mixer call per buffer.
+# A caller that replaces a parameter's data or .grad (p.grad = g) is put back on the views by
+# FlatGroup.sync before each step; .grad written in place (as dadam3.gan.wgan_gp does) costs nothing.
+class FlatGroup:
+    """Parameters, gradients and named state buffers of one group, all ``[n, P]``.
+
+    The optimizer adds what an engine reads (:mod:`dadam3.optim.engines`): ``state`` (name ->
+    buffer), ``own`` and ``algo_state`` (the skeleton's and the algorithm's buffers, in the order
+    of ``OWN`` and ``STATE``), ``work`` (the value a round mixes) and ``scalars`` (step k's
+    numbers, a small tensor on the buffers' device)."""
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        params = list(params)
+        first = params[0]
+        self.params = params
+        self.nodes = first.shape[0]
+        self.offsets = [0]
+        for p in params:
+            self.offsets.append(self.offsets[-1] + p[0].numel())
+        self.width = self.offsets[-1]
+        with torch.no_grad():
+            self.param_buf = torch.empty(self.nodes, self.width, dtype=first.dtype, device=first.device)
+            self.grad_buf = torch.zeros_like(self.param_buf)
+            self._param_views = self.views(self.param_buf)
+            self._grad_views = self.views(self.grad_buf)
+            for p, view in zip(params, self._param_views):
+                view.copy_(p.detach())
+                p.data = view
+
+    def target(self, into: int) -> torch.Tensor:
+        """A round's destination: the parameters (``into`` 0) or skeleton buffer ``own[into - 1]``."""
+        return self.param_buf if into == 0 else self.own[into - 1]
+
+    def views(self, buf: torch.Tensor) -> list[torch.Tensor]:
+        """Each parameter's ``[n, ...]`` view of ``buf``."""
+        return [buf[:, a:b].view(p.shape) for p, a, b in zip(self.params, self.offsets, self.offsets[1:])]
+
+    def new_buffer(self, fill: float = 0.0) -> torch.Tensor:
+        return torch.full_like(self.param_buf, fill)
+
+    def copy_into(self, buf: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
+        """Write ``tensors`` (one per parameter, each of its parameter's shape) into ``buf [n, P]``."""
+        for view, t in zip(self.views(buf), tensors):
+            view.copy_(t)
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """Point parameters and gradients back at their views if a caller replaced them."""
+        for p, view, gview in zip(self.params, self._param_views, self._grad_views):
+            if not same_memory(p, view):
+                view.copy_(p.detach())
+                p.data = view
+            g = p.grad
+            if g is None:
+                raise RuntimeError("every parameter needs a .grad before step(): the algorithms "
+                                   "move all players simultaneously")
+            if g is not gview:
+                if not same_memory(g, gview):
+                    gview.copy_(g)
+                p.grad = gview
 
 
-def _on_numpy(cls: type, passes: dict[Round, Callable[..., None]]) -> Callable[..., None]:
-    """The numba ``passes`` (one per round) called on 1-D numpy views of the (CPU, contiguous)
-    buffers, with the scalars as :meth:`NodeOptimizer.split_scalars`' named tuples."""
-    def update(rnd, g, s, p, work, own, state):
-        a, t = cls.split_scalars([float(v) for v in s.numpy()])     # a CPU tensor's memory: no torch op
-        flat = [b.numpy().reshape(-1) for b in (g, p, work)]
-        passes[rnd](flat[0], t, a, flat[1], tuple(b.numpy().reshape(-1) for b in own),
-                    tuple(b.numpy().reshape(-1) for b in state), flat[2])
-    return update
+def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are the same view of the same storage (works on fake tensors too)."""
+    return (a.untyped_storage()._cdata == b.untyped_storage()._cdata and a.storage_offset() == b.storage_offset()
+            and a.stride() == b.stride() and a.shape == b.shape)
 
 
-_COMPILED: dict[type, Callable[..., None]] = {}
+@torch.no_grad()
+def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
+    """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
+    mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
+    message per neighbour for all players. Same results as stepping them one by one.
+
+    Optimizers with different mixers, classes or iteration counters are stepped one by one."""
+    for opt in optimizers:
+        if not opt.started:
+            raise RuntimeError(f"{type(opt).__name__}.step() before start(): call start() (or "
+                               "start_together) once before the first gradient of a fresh run")
+    for batch in _batches(optimizers):
+        for opt in batch:
+            opt.k += 1
+            for flat in opt.flat:
+                flat.sync()
+        run_rounds(batch, type(batch[0]).ROUNDS, batch[0].k)
 
 
-def compiled_update(cls: type) -> Callable[..., None]:
-    """``cls.update`` with each round's phase through ``torch.compile`` (one generated kernel
-    per buffer shape; the scalars are a tensor, so new values do not recompile), cached per class."""
-    if cls not in _COMPILED:
-        kernels = {rnd: torch.compile(_round_update(cls, rnd), fullgraph=True, dynamic=False)
-                   for rnd in cls.START + cls.ROUNDS}
-
-        def update(rnd, g, s, p, work, own, state):
-            kernels[rnd](g, s, p, work, own, state)
-        _COMPILED[cls] = update
-    return _COMPILED[cls]
+@torch.no_grad()
+def start_together(optimizers: Sequence[NodeOptimizer]) -> None:
+    """``start()`` of several optimizers sharing a mixer, with one exchange for all of them."""
+    for batch in _batches(optimizers):
+        for opt in batch:
+            opt.started = True
+        run_rounds(batch, type(batch[0]).START, 0)
 
 
-def _round_update(cls: type, rnd: Round) -> Callable[..., None]:
-    def update(g, s, p, work, own, state):
-        cls.update(rnd, g, s, p, work, own, state)
-    # dynamo keeps the graphs of a code object in one cache of at most recompile_limit (8)
-    # entries: a code object of its own per class and round (each holds one graph per buffer shape)
-    update.__code__ = update.__code__.replace(co_name=f"{cls.__name__}_{rnd.phase.__name__}")
-    return update
+def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k: int) -> None:
+    """THE step (k >= 1) or start (k = 0) of ``optimizers`` (one class, one mixer, one k): each
+    round's phase in every group of every optimizer, then one gossip round for all of them,
+    ``into <- W_{k + offset}^t work`` (a plain copy without a mixer)."""
+    groups = [(opt, flat) for opt in optimizers for flat in opt.flat]
+    for opt, flat in groups:
+        if not opt.scalars_written_by_caller:                    # a replayed CUDA graph's caller wrote them
+            flat.scalars = opt.scalars_tensor(flat, max(k, 1))    # start()'s phases read none: step 1's
+    mixer = optimizers[0].mixer
+    for rnd in rounds:
+        for opt, flat in groups:
+            opt.engine.run(rnd, flat)
+        works = [flat.work for _, flat in groups]
+        intos = [flat.target(rnd.into) for _, flat in groups]
+        if mixer is None:
+            for into, work in zip(intos, works):
+                into.copy_(work)
+        else:
+            mixer.mix(works, k + rnd.offset, out=intos)
+
+
+def _batches(optimizers: Sequence[NodeOptimizer]) -> list[list[NodeOptimizer]]:
+    """All ``optimizers`` in one batch if they share mixer, class and k (one mixer call per
+    round for all), else each alone."""
+    first = optimizers[0]
+    if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):
+        return [[opt] for opt in optimizers]
+    return [list(optimizers)]
 
 
 def _evaluate(closure):

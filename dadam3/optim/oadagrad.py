@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dadam3.optim.base import LR, HParam
+from dadam3.optim.hparams import LR, HParam
 from dadam3.optim.elementwise import sqrt
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 

@@ -10,7 +10,7 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 """
 from __future__ import annotations
 
-from dadam3.optim.base import LR
+from dadam3.optim.hparams import LR
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 

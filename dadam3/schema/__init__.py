@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors import ConfigError
 from dadam3.schema.fields import check_tree, schema_field
-from dadam3.schema.groups import GROUPS, option_schema
+from dadam3.schema.groups import GROUPS, REGISTRIES, option_schema
 from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
 from dadam3.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
 
@@ -80,7 +80,9 @@ def _typed(cfg: DictConfig) -> DictConfig:
         schema = option_schema(group, section.get(key))
         if schema is None:
             names = [n for c in options.values() for n in schema_field(c, key).metadata["check"].names]
-            raise ConfigError(f"{group}.{key}", section.get(key), f"unknown {group}; allowed: {', '.join(names)}")
+            where = REGISTRIES.get(group, "a schema of dadam3/schema/groups.py")
+            raise ConfigError(f"{group}.{key}", section.get(key), f"unknown {group} (not in {where}); allowed: "
+                                                                  f"{', '.join(names)}")
         if OmegaConf.get_type(section) is not schema:
             cfg[group] = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.to_container(section))
     return cfg

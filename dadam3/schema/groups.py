@@ -25,11 +25,11 @@ from dadam3.data.gaussians import GaussianRing
 from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
-from dadam3.optim import OPTIMIZERS, Spec, optimizer_spec
+from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run_logging import WANDB_MODES
 from dadam3.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
                                   schema_field, text)
-from dadam3.topology import build_topology
+from dadam3.topology import TOPOLOGIES, build_topology
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
@@ -171,9 +171,10 @@ class Custom(Model):
 
 @dataclass
 class Topology(Option):
-    """A fixed graph named by ``name`` (ring, star, complete, exponential, one_peer_exponential)."""
+    """A graph of :data:`dadam3.topology.TOPOLOGIES` without options of its own, named by ``name``
+    (ring, star, complete, exponential, one_peer_exponential, ...: every one the registry holds)."""
     COMMON = ("name", "rounds")
-    name: str = knob(check=OptionName(("ring", "star", "complete", "exponential", "one_peer_exponential")))
+    name: str = knob(check=OptionName(tuple(name for name, b in TOPOLOGIES.items() if not b.options)))
     rounds: int = knob(default_of(build_topology, "rounds"), Int(1))   # gossip rounds per mixing: W^t
 
 
@@ -237,7 +238,7 @@ class OptimizerOption(Option):
     """An ``optimizer`` option: its name (a key of :data:`dadam3.optim.OPTIMIZERS`) and the
     hyper-parameters of its algorithm (the class's ``HPARAMS``: defaults and intervals)."""
 
-    COMMON = ("name",)
+    COMMON = ("name", "engine")
 
     @property
     def hparams(self) -> Mapping[str, float]:
@@ -260,10 +261,14 @@ OPTIMIZER_SCHEMA = "OptimizerOption_"       # + the optimizer's name: its schema
 
 @functools.cache
 def optimizer_schema(spec: Spec) -> type:
-    """The schema of optimizer ``spec.name``: ``name``, then one field per hyper-parameter (its
-    ``HParam``'s default, and its check; each may change on resume)."""
+    """The schema of optimizer ``spec.name``: ``name``, ``engine``, then one field per
+    hyper-parameter (its ``HParam``'s default, and its check; each may change on resume)."""
     hparams = [(key, float, knob(hp.default, hp.check, resume=True)) for key, hp in spec.cls.HPARAMS.items()]
-    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name, [("name", str, knob(check=OptionName((spec.name,)))), *hparams],
+    # auto: torch.compile on CUDA, numba on the CPU | eager: the phase in Python everywhere, so a
+    # breakpoint in the algorithm's direction fires (dadam3/optim/engines.py)
+    engine = ("engine", str, knob("auto", Choice(ENGINES), resume=True))
+    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name,
+                         [("name", str, knob(check=OptionName((spec.name,)))), engine, *hparams],
                          bases=(OptimizerOption,))
     cls.__module__ = __name__            # found again by the module's __getattr__ (pickle, submitit)
     return cls
@@ -297,6 +302,9 @@ def option_schema(group: str, name: Any) -> type | None:
     key, options = GROUPS[group]
     return next((cls for cls in options.values() if name in schema_field(cls, key).metadata["check"].names), None)
 
+
+# group -> the registry its option names come from (said when a name is refused)
+REGISTRIES = {"topology": "dadam3.topology.TOPOLOGIES", "optimizer": "dadam3.optim.OPTIMIZERS"}
 
 # group -> (the key naming the option, {schema name: class}); the YAML files name the schemas
 GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {

@@ -17,6 +17,7 @@ from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, check_timeout
 from dadam3.distributed.startup import BACKENDS, init_from_env
 from dadam3.divergence import DIVERGE_ABOVE
 from dadam3.errors import ConfigError, named_as
+from dadam3.gan.wgan_gp import GP_LAMBDA
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import ENGINES, run_synthetic
 from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec
@@ -97,7 +98,7 @@ class LoopSettings(Section):
     iterations: int = knob(30000, Int(1), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
     n_critic: int = knob(1, Int(1, N_CRITIC_MAX), resume=True)   # 1: the paper's simultaneous game
-    gp_lambda: float = knob(10.0, Num(0.0), resume=True)      # WGAN-GP penalty weight
+    gp_lambda: float = knob(GP_LAMBDA, Num(0.0), resume=True)   # WGAN-GP penalty weight
     log_every: int = knob(50, Int(1), resume=True)
     sample_every: int = knob(1000, Int(1), resume=True)
     checkpoint_every: int = knob(1000, Int(0), resume=True)   # 0: only at the end
@@ -264,7 +265,7 @@ class SyntheticConfig(Section):
     nodes: int = knob(5, Int(1))                  # Section 5.1: M = 5 nodes on a ring
     iterations: int = knob(10_000_000, Int(1))    # Section 5.1: N = 10^7
     seed: int = knob(default_of(run_synthetic, "seed"), Int(0, SEED_MAX))
-    # numba: the compiled loop, proven equal to torch
+    # numba: the compiled loop, proven equal to torch | torch | eager: torch with the optimizers' eager engine
     engine: str = knob(default_of(run_synthetic, "engine"), Choice(ENGINES))
     overwrite: bool = knob(False, boolean)                      # replace an earlier run's results in hydra.run.dir
     game: Game = knob(factory=Game)
@@ -274,3 +275,6 @@ class SyntheticConfig(Section):
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer.check_topology(self.topology.name)
+        if self.optimizer.engine != "auto":         # the game runs its own loops: its switch is engine=
+            raise ConfigError("optimizer.engine", self.optimizer.engine, "the synthetic game's switch is "
+                                                                         "engine=eager (its torch loop, eagerly)")

@@ -19,7 +19,7 @@ the round mixes and the new ``own`` and ``state`` (``None``: unchanged). It call
 
 The same phase objects run on whole flat ``[n, P]`` tensors (eagerly or compiled by
 ``torch.compile``, :mod:`dadam3.optim.base`), one value at a time in numba's pass over the
-flat buffers (:mod:`dadam3.optim.numba_pass`) and in the synthetic game's compiled loop
+flat buffers (:mod:`dadam3.optim.engines`) and in the synthetic game's compiled loop
 (:mod:`dadam3.games.synthetic_kernels`): adding a skeleton is one module here, nothing else.
 """
 from __future__ import annotations
