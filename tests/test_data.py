@@ -169,6 +169,32 @@ def test_mnist_missing_names_path(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_a_truncated_gz_leaves_no_decompressed_file(tmp_path: Path) -> None:
+    """The issue's reproducer: the .gz decompressed beside itself is written under a temporary
+    name and renamed only once complete; a truncated one is one line, every time, and leaves nothing."""
+    write_mnist(tmp_path, gz=True)
+    raw = tmp_path / "MNIST" / "raw"
+    gz = raw / "train-images-idx3-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:-100])
+    for _ in range(2):                       # the second run trusts nothing the first left
+        with pytest.raises(ConfigError) as err:
+            build_dataset("mnist", tmp_path)
+        assert err.value.key == "root" and f"cannot decompress {gz}" in str(err.value) and "\n" not in str(err.value)
+        assert [p.name for p in raw.iterdir() if not p.name.endswith(".gz")] == []    # nor a temporary
+
+
+def test_mnist_images_and_labels_that_disagree_are_refused(tmp_path: Path) -> None:
+    write_mnist(tmp_path)
+    raw = tmp_path / "MNIST" / "raw"
+    write_idx(raw / "train-images-idx3-ubyte", np.zeros((100, 28, 28), np.uint8))
+    write_idx(raw / "train-labels-idx1-ubyte", np.zeros(60, np.uint8))
+    with pytest.raises(ConfigError) as err:
+        build_dataset("mnist", tmp_path)
+    assert str(err.value) == (f"root={tmp_path}: {raw / 'train-images-idx3-ubyte'} holds 100 images but "
+                              f"{raw / 'train-labels-idx1-ubyte'} 60 labels (one per image expected): the files do "
+                              "not belong together; replace them")
+
+
 # ----------------------------------------------------------------------------- CIFAR
 def test_cifar10_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_cifar10(tmp_path)
@@ -188,6 +214,25 @@ def test_cifar10_md5_mismatch_is_reported(tmp_path: Path) -> None:
     write_cifar10(tmp_path)     # our files cannot match the official md5s
     with pytest.raises(ConfigError, match="rejected by torchvision"):
         build_dataset("cifar10", tmp_path)
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def test_a_cifar_batch_holding_code_is_never_unpickled(tmp_path: Path) -> None:
+    """CIFAR's python release is pickles: torchvision unpickles only files whose md5 is the official
+    release's, so a batch someone changed is refused before it is read."""
+    write_cifar10(tmp_path)
+    marker = tmp_path / "marker"
+    write_pickle(tmp_path / "cifar-10-batches-py" / "data_batch_1", {"data": _Payload(marker), "labels": []})
+    with pytest.raises(ConfigError, match="rejected by torchvision"):
+        build_dataset("cifar10", tmp_path)
+    assert not marker.exists()
 
 
 def test_cifar100_fine_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,12 @@ Imagenette decode on demand (:class:`DecodedImages`).
 """
 from __future__ import annotations
 
+import gzip
+import os
+import shutil
+import tempfile
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +38,6 @@ import torch
 from torch import Tensor
 from torchvision import datasets, transforms
 from torchvision.transforms.v2 import functional as F2
-from torchvision.datasets.utils import extract_archive
 
 from dadam3.errors import ConfigError, check_choice, check_int
 from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
@@ -140,6 +144,8 @@ def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorIma
         _gunzip_missing(root, raw, names)
     base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
                       "MNIST", root, raw, names, download, hint)
+    split = names[:2] if train else names[2:]
+    _check_counts(root, raw, split, base.data, base.targets)
     images = _resize_uint8(base.data.unsqueeze(1), size)
     return TensorImages(images, base.targets, "mnist")
 
@@ -226,14 +232,39 @@ def _resize_uint8(images: Tensor, size: int) -> Tensor:
 
 
 def _gunzip_missing(root: Path, folder: Path, names: list[str]) -> None:
-    """Decompress ``name.gz`` next to itself where ``name`` is missing (torchvision reads raw idx)."""
+    """Decompress ``name.gz`` next to itself where ``name`` is missing (torchvision reads raw idx),
+    into a temporary file renamed to ``name`` only when the whole stream was read: a truncated
+    or damaged ``.gz`` leaves no file a later run would trust."""
     for name in names:
         gz = folder / f"{name}.gz"
         if not (folder / name).is_file() and gz.is_file():
             try:
-                extract_archive(str(gz))
-            except (OSError, EOFError) as e:
-                raise ConfigError("root", str(root), f"cannot decompress {gz}: {e}") from None
+                _gunzip(gz, folder / name)
+            except (OSError, EOFError, zlib.error) as e:
+                raise ConfigError("root", str(root), f"cannot decompress {gz} ({_one_line(e)}): it is truncated or "
+                                                     "damaged; replace it, or delete it and set {download=true}",
+                                  {"download": False}) from None
+
+
+def _gunzip(gz: Path, target: Path) -> None:
+    """``gz`` decompressed to ``target``, written under a temporary name and renamed when complete."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, gzip.open(gz, "rb") as f:
+            shutil.copyfileobj(f, out, 1 << 20)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_counts(root: Path, raw: Path, names: list[str], images: Tensor, labels: Tensor) -> None:
+    """One label per image: idx files of the same split that disagree are refused, naming both."""
+    if images.shape[0] != labels.shape[0]:
+        raise ConfigError("root", str(root), f"{raw / names[0]} holds {images.shape[0]} images but {raw / names[1]} "
+                                             f"{labels.shape[0]} labels (one per image expected): the files do not "
+                                             "belong together; replace them")
 
 
 def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
