@@ -195,6 +195,23 @@ def test_mnist_images_and_labels_that_disagree_are_refused(tmp_path: Path) -> No
                               "not belong together; replace them")
 
 
+def test_a_download_is_moved_into_place_only_when_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision downloads and extracts into a temporary folder; a failure leaves nothing in root."""
+    def broken(self):
+        raw = Path(self.raw_folder)
+        raw.mkdir(parents=True)
+        (raw / "train-images-idx3-ubyte").write_bytes(b"\0\0\x08\x03partial")
+        raise RuntimeError("connection reset")
+
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", broken)
+    with pytest.raises(ConfigError) as err:
+        build_dataset("mnist", tmp_path, download=True)
+    assert err.value.key == "download" and "connection reset" in str(err.value) and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", lambda self: write_mnist(Path(self.root)))
+    assert len(build_dataset("mnist", tmp_path, download=True)) == 12
+    assert [p.name for p in tmp_path.iterdir()] == ["MNIST"]
+
+
 # ----------------------------------------------------------------------------- CIFAR
 def test_cifar10_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_cifar10(tmp_path)

@@ -205,8 +205,8 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
         log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
                     "(weights_only) but not verified", path, checksum_path(path).name)
     if not zipfile.is_zipfile(path):
-        raise ConfigError(key, str(path), "not a checkpoint (not torch's zip format: truncated, or another kind of "
-                                          "file); nothing in it was run")
+        raise ConfigError(key, str(path), "not a readable checkpoint (not torch's zip format: truncated, or another "
+                                          "kind of file); nothing in it was run")
     try:
         with torch.serialization.safe_globals(list(SAFE_TYPES)):
             return torch.load(path, map_location=map_location, weights_only=True)

@@ -19,6 +19,9 @@ Layouts under ``root`` and what one item is:
 * ``gaussians`` — no files (:mod:`dadam3.data.gaussians`): 2-D points, infinite.
 
 Every image is float32 C×H×W normalised with mean 0.5 / std 0.5, i.e. in [-1, 1].
+A download (``download=true``) goes into a temporary folder under ``root`` whose files are moved
+into place only once torchvision's download and extraction returned (:func:`_fetch`), and a
+``.gz`` decompressed here is written under a temporary name: nothing partial is left to trust.
 MNIST, Fashion-MNIST and CIFAR are preloaded into one uint8 tensor (:class:`TensorImages`); CelebA and
 Imagenette decode on demand (:class:`DecodedImages`).
 """
@@ -140,10 +143,12 @@ def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorIma
     raw = root / "MNIST" / "raw"
     names = [Path(f).stem for f, _ in datasets.MNIST.resources]   # *.gz -> idx file name
     hint = "set {download=true} or place the idx files (raw or .gz) there"     # said by _construct
-    if not download:
-        _gunzip_missing(root, raw, names)
-    base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
-                      "MNIST", root, raw, names, download, hint)
+    if download and not all((raw / n).is_file() or (raw / f"{n}.gz").is_file() for n in names):
+        _construct(lambda: _fetch(lambda r: datasets.MNIST(r, train=train, download=True), root),
+                   "MNIST", root, raw, names, True, hint)
+    _gunzip_missing(root, raw, names)
+    base = _construct(lambda: datasets.MNIST(str(root), train=train, download=False),
+                      "MNIST", root, raw, names, False, hint)
     split = names[:2] if train else names[2:]
     _check_counts(root, raw, split, base.data, base.targets)
     images = _resize_uint8(base.data.unsqueeze(1), size)
@@ -158,7 +163,8 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     copy), the split's two idx files are read here, ``.gz`` or raw, in either layout, with
     :func:`~dadam3.data.idx.read_idx` (gzip + numpy). Nothing is ever written into ``root``,
     which may be read-only. torchvision's class is used only to download
-    (``download=True`` and no files found), into its own layout. The images go through the
+    (``download=True`` and no files found), into a temporary folder moved into its own layout
+    when complete (:func:`_fetch`). The images go through the
     same :func:`_resize_uint8` as MNIST. ``split`` (``train`` | ``test``) overrides ``train``
     (smoke runs train on the committed 1000 test images).
     """
@@ -169,10 +175,10 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     tv_raw = root / "FashionMNIST" / "raw"
     files = find_idx_files(tv_raw, names) or find_idx_files(root, names)
     if files is None and download:
-        base = _construct(lambda: datasets.FashionMNIST(str(root), train=train, download=True),
-                          "Fashion-MNIST", root, tv_raw, names, download, "")
-        images, labels = base.data, base.targets
-    elif files is None:
+        _construct(lambda: _fetch(lambda r: datasets.FashionMNIST(r, train=train, download=True), root),
+                   "Fashion-MNIST", root, tv_raw, names, download, "")
+        files = find_idx_files(tv_raw, names)
+    if files is None:
         raise ConfigError("root", str(root),
                           f"Fashion-MNIST not found: neither {tv_raw} nor {root} holds "
                           f"{' and '.join(names)} (raw or .gz); apt-get install dataset-fashion-mnist "
@@ -204,8 +210,11 @@ def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
     folder = root / cls.base_folder
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     hint = f"set {{download=true}} or extract {cls.filename} into {root}"     # said by _construct
-    base = _construct(lambda: cls(str(root), train=train, download=download),
-                      title, root, folder, names, download, hint)
+    if download and not all((folder / n).is_file() for n in names):
+        _construct(lambda: _fetch(lambda r: cls(r, train=train, download=True), root),
+                   title, root, folder, names, True, hint)
+    base = _construct(lambda: cls(str(root), train=train, download=False),
+                      title, root, folder, names, False, hint)
     images = torch.from_numpy(np.ascontiguousarray(base.data)).permute(0, 3, 1, 2)   # HWC -> CHW
     images = _resize_uint8(images, size)
     return TensorImages(images, torch.as_tensor(base.targets, dtype=torch.int64), name)
@@ -267,6 +276,30 @@ def _check_counts(root: Path, raw: Path, names: list[str], images: Tensor, label
                                              "belong together; replace them")
 
 
+def _fetch(download: Callable[[str], Any], root: Path) -> None:
+    """``download(folder)`` (torchvision's download and extraction) into a temporary folder in
+    ``root`` (``.download-<random>``), whose files are moved into ``root`` only when it returned:
+    a download or extraction that fails or is killed leaves no partial file where a run reads."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=root))
+    try:
+        download(str(tmp))
+        _move_into(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _move_into(src: Path, dst: Path) -> None:
+    """Every file under ``src`` renamed to its place under ``dst`` (folders merged)."""
+    for item in sorted(src.iterdir()):
+        target = dst / item.name
+        if item.is_dir() and not item.is_symlink():
+            target.mkdir(exist_ok=True)
+            _move_into(item, target)
+        else:
+            os.replace(item, target)
+
+
 def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
                download: bool, hint: str) -> Any:
     """Run a torchvision constructor, turning its failures into one-line ConfigErrors (``hint``: a
@@ -313,8 +346,10 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
     folder = root
     if download or tv_images.is_dir():
         try:
+            if download and not tv_images.is_dir():
+                _fetch(lambda r: datasets.CelebA(r, split=split, target_type=[], download=True), root)
             base = datasets.CelebA(str(root), split=split, target_type=[], transform=transform,
-                                   download=download)
+                                   download=False)
             return DecodedImages(base, shape, None, "celeba", workers)
         except (RuntimeError, OSError, ImportError) as e:
             if download:
@@ -351,7 +386,9 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
                           f"extract imagenette2-160.tgz into {root}", {"download": download})
     wnids = ", ".join(sorted(datasets.Imagenette._WNID_TO_CLASS))
     try:
-        base = datasets.Imagenette(str(root), split=split, size="160px", download=download,
+        if download and not folder.is_dir():
+            _fetch(lambda r: datasets.Imagenette(r, split=split, size="160px", download=True), root)
+        base = datasets.Imagenette(str(root), split=split, size="160px", download=False,
                                    transform=transform)
     except KeyError as e:
         raise ConfigError("root", str(root),
