@@ -129,6 +129,7 @@ class RunDir:
     new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
     made: list = field(default_factory=list)    # files commit created (undo() removes them)
     writes: tuple[str, ...] = ()         # what the run writes, listed in its manifest at commit
+    _manifest_before: bytes | None = field(default=None, repr=False)   # the manifest commit replaced (undo())
 
     def commit(self) -> "RunDir":
         """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
@@ -145,7 +146,9 @@ class RunDir:
             target = self.path / name
             shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
         if self.writes:                 # listed before any of them is created
-            if not (self.path / MANIFEST).exists():
+            try:
+                self._manifest_before = (self.path / MANIFEST).read_bytes()
+            except FileNotFoundError:
                 self.made.append(MANIFEST)
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
             write_manifest(self.path, (*earlier, *self.writes))
@@ -167,6 +170,8 @@ class RunDir:
         for name in (*new_files, *self.made):
             target = self.path / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        if self._manifest_before is not None:      # a resume's: as it was
+            (self.path / MANIFEST).write_bytes(self._manifest_before)
         self.release()
         if self.created:
             try:
