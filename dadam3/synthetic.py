@@ -42,7 +42,7 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run_dir import RUN_FILES, RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run_dir import RUN_FILES, RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused, run_files
 from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.signals import Interrupted, StopSignals
 from dadam3.sweep import sweep_job
@@ -61,7 +61,8 @@ def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
     :func:`dadam3.run_dir.check_run_dir` refuses (a live writer's lock, an unusable path, files
     a run writes in a directory that holds no run or that its run did not write); what is
     replaced is what the earlier run's manifest lists."""
-    trainer = [name for name in RUN_FILES if name not in SHARED_FILES and (out_dir / name).exists()]
+    theirs = run_files(out_dir, WRITES)[1] or ()        # a run's own (no run, or not its own: check_run_dir says so)
+    trainer = [name for name in RUN_FILES if name not in SHARED_FILES and name in theirs]
     if trainer:
         raise ConfigError("hydra.run.dir", str(out_dir), f"holds a training run's files ({', '.join(trainer)}); "
                                                          "choose another directory")
