@@ -201,15 +201,12 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
         raise ConfigError(key, str(path), f"corrupt checkpoint: its SHA-256 is not the one {checksum_path(path).name} "
                                           "recorded when it was written (damaged or changed since); nothing was "
                                           "loaded: restore it from a copy or start a new run")
-    if not expected:
-        log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
-                    "(weights_only) but not verified", path, checksum_path(path).name)
     if not zipfile.is_zipfile(path):
         raise ConfigError(key, str(path), "not a readable checkpoint (not torch's zip format: truncated, or another "
                                           "kind of file); nothing in it was run")
     try:
         with torch.serialization.safe_globals(list(SAFE_TYPES)):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:      # weights_only refused an object: never built, never run
         found = re.search(r"GLOBAL (\S+)|but got <class '([^']+)'>", str(e))
         found = next(g for g in found.groups() if g) if found else type(e).__name__
@@ -219,6 +216,10 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
                                           f"file: {type(e).__name__}: {reason})") from None
+    if not expected:
+        log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
+                    "(weights_only) but not verified", path, checksum_path(path).name)
+    return ckpt
 
 
 def resolve_resume_path(resume: str | os.PathLike) -> Path:
