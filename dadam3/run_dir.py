@@ -1,12 +1,12 @@
 """A run directory belongs to one run: claiming it, and resuming the run that wrote it.
 
-* A run's files are listed in its manifest (:data:`MANIFEST`, ``manifest.txt``): when it claims
-  the directory the run writes there every top-level name it will create (:func:`train_writes`:
-  its log, checkpoints, samples, ...; extended by each resume), before it creates any of them.
+* A run's files are listed in its manifest (:mod:`dadam3.run_manifest`, ``manifest.txt``): when
+  it claims the directory the run writes there every top-level name it will create (its log,
+  checkpoints, samples, ...; extended by each resume), before it creates any of them.
 * A directory is a run's by its own marker: its manifest, or (a run of an earlier version,
   written before manifests) its ``run_id`` or its log. A fresh run refuses a directory that
   holds a run unless ``overwrite=true``, which deletes exactly the names the manifest lists (an
-  earlier version's run: the names such a run writes, :data:`RUN_FILES`), once it is sure it can
+  earlier version's run: the names such a run writes, ``RUN_FILES``), once it is sure it can
   delete every one (no symbolic link to a directory among them, every directory writable). A
   directory holding names a run writes but no run (a user's ``images/``), or holding such names
   that its run's manifest does not list, is refused whatever ``overwrite`` says: nothing is
@@ -42,75 +42,13 @@ from omegaconf import OmegaConf
 
 from dadam3.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
                                resolve_resume_path, resume_override)
-from dadam3.checkpoint.files import LAST_CHECKPOINT, mkstemp_umask
+from dadam3.checkpoint.files import LAST_CHECKPOINT
 from dadam3.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors import ConfigError, check_usable_dir
+from dadam3.run_manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
 from dadam3.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
-
-# the names a training run writes (.hydra/ and train.log too: the run writes them once it holds the
-# directory); what overwrite=true deletes of a run written before manifests
-RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
-             RUN_ID_FILE, ".hydra", "train.log")
-LOCK_FILE = ".lock"
-LOGS = ("metrics.jsonl", "metrics.csv", "status.json")     # a run's log: a training's, a synthetic run's
-MANIFEST = "manifest.txt"       # <run_dir>/manifest.txt: the top-level names the run writes, one a line
-MANIFEST_HEADER = "# what this run writes here (dadam3): overwrite=true deletes these names and nothing else\n"
-
-
-def train_writes(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The top-level names a training run of ``config`` (nested, as ``TrainConfig.config``)
-    creates in its directory: ``wandb/`` only with ``logger.kind=wandb``, ``images/`` (the
-    logged sample grids) only for image data."""
-    logger, dataset = config.get("logger") or {}, config.get("dataset") or {}
-    return tuple(name for name in RUN_FILES if (name != "wandb" or logger.get("kind") == "wandb")
-                 and (name != "images" or dataset.get("name") != "gaussians"))
-
-
-def read_manifest(run_dir: Path) -> tuple[str, ...] | None:
-    """The names ``run_dir``'s manifest lists (plain names in ``run_dir``: a line naming a path
-    elsewhere, ``..``, the lock or the manifest is ignored), or None without one (no file, not
-    readable, or not starting with :data:`MANIFEST_HEADER`: a file of that name no run wrote)."""
-    try:
-        text = (Path(run_dir) / MANIFEST).read_text(encoding="utf-8")
-    except (OSError, UnicodeError):
-        return None
-    if not text.startswith(MANIFEST_HEADER):        # a file of that name that no run wrote
-        return None
-    lines = text.splitlines()
-    names = (line.strip() for line in lines if not line.startswith("#"))
-    return tuple(dict.fromkeys(n for n in names if n and n == Path(n).name and n not in (".", "..", MANIFEST,
-                                                                                         LOCK_FILE)))
-
-
-def write_manifest(run_dir: Path, names: Sequence[str]) -> None:
-    """``run_dir``/:data:`MANIFEST` listing ``names``, replaced whole (a temporary file renamed)."""
-    target = Path(run_dir) / MANIFEST
-    fd, tmp = mkstemp_umask(target)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(MANIFEST_HEADER + "".join(f"{n}\n" for n in dict.fromkeys(names)))
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def run_files(run_dir: Path, writes: Sequence[str] = RUN_FILES) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
-    """(the names a run writes that are in ``run_dir`` (``writes``, :data:`RUN_FILES` and what its
-    manifest lists), the names of them its run wrote): the latter are its manifest's, or for a
-    run of an earlier version (no manifest, but its ``run_id`` or a log, :data:`LOGS`) all of
-    the former; None when the directory holds no run."""
-    listed = read_manifest(run_dir)
-    names = dict.fromkeys((*writes, *RUN_FILES, *(listed or ())))
-    present = tuple(n for n in names if os.path.lexists(run_dir / n))
-    if listed is not None:
-        return present, tuple(n for n in present if n in listed)
-    if read_run_id(run_dir) is not None or any((run_dir / log).is_file() for log in LOGS):
-        return present, present
-    return present, None
-
 
 @dataclass
 class RunDir:

@@ -42,7 +42,8 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run_dir import RUN_FILES, RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused, run_files
+from dadam3.run_dir import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run_manifest import RUN_FILES, run_files
 from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.signals import Interrupted, StopSignals
 from dadam3.sweep import sweep_job

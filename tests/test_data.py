@@ -154,7 +154,8 @@ def test_mnist_idx_files(tmp_path: Path, gz: bool) -> None:
     assert torch.all(x[0] == level(51))                       # flat 51 stays 51 → -0.6
     assert ds.labels.tolist() == [i % 10 for i in range(12)]
     # preloaded fast path == torchvision's per-item PIL pipeline, bit for bit
-    ref = torchvision.datasets.MNIST(str(tmp_path), transform=transforms.Compose(
+    write_mnist(tmp_path / "ref")            # the same files uncompressed: torchvision reads only those
+    ref = torchvision.datasets.MNIST(str(tmp_path / "ref"), transform=transforms.Compose(
         [transforms.Resize(32), transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))]))
     for i in (0, 3, 11):
         assert torch.equal(ds[i], ref[i][0])
@@ -170,17 +171,18 @@ def test_mnist_missing_names_path(tmp_path: Path) -> None:
 
 
 def test_a_truncated_gz_leaves_no_decompressed_file(tmp_path: Path) -> None:
-    """The issue's reproducer: the .gz decompressed beside itself is written under a temporary
-    name and renamed only once complete; a truncated one is one line, every time, and leaves nothing."""
+    """The issue's reproducer: a truncated .gz is one line, every time; MNIST's .gz files are read as
+    they lie, so nothing decompressed (a 0-byte file a later run would trust) is ever left beside them."""
     write_mnist(tmp_path, gz=True)
     raw = tmp_path / "MNIST" / "raw"
     gz = raw / "train-images-idx3-ubyte.gz"
     gz.write_bytes(gz.read_bytes()[:-100])
-    for _ in range(2):                       # the second run trusts nothing the first left
+    for _ in range(2):
         with pytest.raises(ConfigError) as err:
             build_dataset("mnist", tmp_path)
-        assert err.value.key == "root" and f"cannot decompress {gz}" in str(err.value) and "\n" not in str(err.value)
-        assert [p.name for p in raw.iterdir() if not p.name.endswith(".gz")] == []    # nor a temporary
+        msg = str(err.value)
+        assert err.value.key == "root" and "cannot read the MNIST idx files" in msg and str(gz) in msg
+        assert "\n" not in msg and [p.name for p in raw.iterdir() if not p.name.endswith(".gz")] == []
 
 
 def test_mnist_images_and_labels_that_disagree_are_refused(tmp_path: Path) -> None:
@@ -190,9 +192,9 @@ def test_mnist_images_and_labels_that_disagree_are_refused(tmp_path: Path) -> No
     write_idx(raw / "train-labels-idx1-ubyte", np.zeros(60, np.uint8))
     with pytest.raises(ConfigError) as err:
         build_dataset("mnist", tmp_path)
-    assert str(err.value) == (f"root={tmp_path}: {raw / 'train-images-idx3-ubyte'} holds 100 images but "
-                              f"{raw / 'train-labels-idx1-ubyte'} 60 labels (one per image expected): the files do "
-                              "not belong together; replace them")
+    assert str(err.value) == (f"root={tmp_path}: {raw / 'train-images-idx3-ubyte'} holds (100, 28, 28) images and "
+                              f"{raw / 'train-labels-idx1-ubyte'} 60 labels; expected [N, 28, 28] and N (one label "
+                              "per image)")
 
 
 def test_a_download_is_moved_into_place_only_when_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
