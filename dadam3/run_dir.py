@@ -1,9 +1,17 @@
 """A run directory belongs to one run: claiming it, and resuming the run that wrote it.
 
-* A fresh run refuses a directory that already holds another run's files
-  (:data:`RUN_FILES`) unless ``overwrite=true`` (which deletes them first, once it is sure it
-  can delete every one: no symbolic link among them, every directory writable). A claimed
-  directory gets a new run id (``run_id``) that every checkpoint written there carries.
+* A run's files are listed in its manifest (:mod:`dadam3.run_manifest`, ``manifest.txt``): when
+  it claims the directory the run writes there every top-level name it will create (its log,
+  checkpoints, samples, ...; extended by each resume), before it creates any of them.
+* A directory is a run's by its own marker: its manifest, or (a run of an earlier version,
+  written before manifests) its ``run_id`` or its log. A fresh run refuses a directory that
+  holds a run unless ``overwrite=true``, which deletes exactly the names the manifest lists (an
+  earlier version's run: the names such a run writes, ``RUN_FILES``), once it is sure it can
+  delete every one (no symbolic link to a directory among them, every directory writable). A
+  directory holding names a run writes but no run (a user's ``images/``), or holding such names
+  that its run's manifest does not list, is refused whatever ``overwrite`` says: nothing is
+  deleted that a run did not write. A claimed directory gets a new run id (``run_id``) that
+  every checkpoint written there carries.
 * ``resume=PATH`` continues the run that wrote PATH in ITS directory, but only when PATH lies
   in ``<run>/checkpoints/`` and its run id is ``<run>``'s (a checkpoint without an id, written
   before ids existed, only when ``<run>`` has no id either and its ``config_resolved.yaml``
@@ -28,7 +36,7 @@ import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import uuid
 
@@ -36,18 +44,13 @@ from omegaconf import OmegaConf
 
 from dadam3.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
                                resolve_resume_path, resume_override)
+from dadam3.checkpoint.files import LAST_CHECKPOINT
 from dadam3.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors import ConfigError, check_usable_dir
+from dadam3.run_manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
 from dadam3.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
-
-# what marks a directory as a run's, and what overwrite=true deletes (.hydra/ and train.log too:
-# the run writes them once it holds the directory)
-RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
-             RUN_ID_FILE, ".hydra", "train.log", "code.diff")
-LOCK_FILE = ".lock"
-
 
 @dataclass
 class RunDir:
@@ -65,6 +68,8 @@ class RunDir:
     committed: bool = False
     new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
     made: list = field(default_factory=list)    # files commit created (undo() removes them)
+    writes: tuple[str, ...] = ()         # what the run writes, listed in its manifest at commit
+    _manifest_before: bytes | None = field(default=None, repr=False)   # the manifest commit replaced (undo())
 
     def commit(self) -> "RunDir":
         """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
@@ -80,6 +85,13 @@ class RunDir:
         for name in self.replace:
             target = self.path / name
             shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+        if self.writes:                 # listed before any of them is created
+            try:
+                self._manifest_before = (self.path / MANIFEST).read_bytes()
+            except FileNotFoundError:
+                self.made.append(MANIFEST)
+            earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
+            write_manifest(self.path, (*earlier, *self.writes))
         if self.new_id or read_run_id(self.path) is None:     # a fresh run; an adopted run written before ids
             (self.path / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="ascii")
             self.made.append(RUN_ID_FILE)
@@ -98,6 +110,8 @@ class RunDir:
         for name in (*new_files, *self.made):
             target = self.path / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        if self._manifest_before is not None:      # a resume's: as it was
+            (self.path / MANIFEST).write_bytes(self._manifest_before)
         self.release()
         if self.created:
             try:
@@ -112,12 +126,14 @@ class RunDir:
 
 
 def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False,
-                  dir_named: bool = False) -> RunDir:
+                  dir_named: bool = False, writes: Sequence[str] | None = None) -> RunDir:
     """Every check of the directory a run would write into (see the module docstring), creating,
     changing and deleting nothing; a live writer's lock is refused here (a free existing lock
     is taken, without touching the file). ``dir_named``: the user named ``run_dir`` (a
     checkpoint that is no run's own may continue there; a run's own checkpoint branches there
-    when ``run_dir`` is not the run's)."""
+    when ``run_dir`` is not the run's). ``writes``: the top-level names the run creates
+    (default: a training run's of ``config``, :func:`train_writes`)."""
+    writes = tuple(train_writes(config) if writes is None else writes)
     if resume is not None and overwrite:
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
     ckpt, changed, home = None, {}, None
@@ -145,12 +161,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     try:
         existing = ()
         if home is None:
-            existing = tuple(name for name in RUN_FILES if os.path.lexists(run_dir / name))
-            if existing and not overwrite:
-                again = f"continue it with {_resume_hint(run_dir)}, " if resume is None else ""
-                raise ConfigError("hydra.run.dir", str(run_dir),
-                                  f"holds another run's files ({', '.join(existing)}); {again}choose a new "
-                                  "directory, or set overwrite=true to delete them")
+            existing = _replaced(run_dir, writes, overwrite, resume is None)
             _check_deletable(run_dir, existing)
     except BaseException:
         if lock is not None:
@@ -159,7 +170,35 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     if ckpt is not None and home is None:
         log.warning("continuing the checkpoint %s (iteration %d) in the new directory %s: its metrics.jsonl starts "
                     "there", resume, ckpt["iteration"], run_dir)
-    return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None)
+    return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None, writes=writes)
+
+
+def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool) -> tuple[str, ...]:
+    """What ``overwrite=true`` deletes in ``run_dir`` before a new run writes ``writes`` there: the
+    earlier run's files (:func:`run_files`). Refused (one line, nothing deleted): a directory
+    holding names a run writes but no run, or names its run did not write; a run, without
+    ``overwrite`` (the hint to resume only where a resume can continue it: ``fresh``, a log and
+    a checkpoint)."""
+    present, theirs = run_files(run_dir, writes)
+    if not present:
+        return ()
+    if theirs is None:
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds {', '.join(present)} but no run (no {MANIFEST}, {RUN_ID_FILE} or metrics.jsonl): "
+                          "not a run directory, so nothing in it is deleted or written over; choose another "
+                          "directory or move them away")
+    foreign = [n for n in present if n not in theirs]
+    if foreign:
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds {', '.join(foreign)}, which its run did not write (not in its {MANIFEST}); a run "
+                          "writes there, so move them away or choose another directory; nothing was deleted")
+    if not overwrite:
+        resumable = (run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file() and (run_dir / "metrics.jsonl").is_file()
+        again = f"continue it with {_resume_hint(run_dir)}, " if fresh and resumable else ""
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds another run's files ({', '.join(theirs)}); {again}choose a new "
+                          "directory, or set overwrite=true to delete them")
+    return theirs
 
 
 def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:

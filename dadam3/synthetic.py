@@ -42,7 +42,8 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run_dir import RUN_FILES, RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run_dir import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run_manifest import RUN_FILES, run_files
 from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.signals import Interrupted, StopSignals
 from dadam3.sweep import sweep_job
@@ -52,33 +53,32 @@ log = logging.getLogger(__name__)
 METRICS, STATUS, JOB_LOG = "metrics.csv", "status.json", "synthetic.log"
 RESULTS = (METRICS, STATUS)           # a directory holding one of these holds a synthetic run's results
 SHARED_FILES = (RUN_ID_FILE, ".hydra")  # every run directory's, the synthetic runner's too
+WRITES = (*RESULTS, JOB_LOG, *SHARED_FILES)   # what a synthetic run writes (its manifest lists them)
 
 
 def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
     """Every check of the directory a synthetic run writes into, writing nothing: a training
-    run's files are refused; an earlier synthetic run's results unless ``overwrite``; a live
-    writer's lock (and an unusable path) as :func:`dadam3.run_dir.check_run_dir` refuses them."""
-    trainer = [name for name in RUN_FILES if name not in SHARED_FILES and (out_dir / name).exists()]
+    run's files are refused; an earlier synthetic run's results unless ``overwrite``; what
+    :func:`dadam3.run_dir.check_run_dir` refuses (a live writer's lock, an unusable path, files
+    a run writes in a directory that holds no run or that its run did not write); what is
+    replaced is what the earlier run's manifest lists."""
+    theirs = run_files(out_dir, WRITES)[1] or ()        # a run's own (no run, or not its own: check_run_dir says so)
+    trainer = [name for name in RUN_FILES if name not in SHARED_FILES and name in theirs]
     if trainer:
         raise ConfigError("hydra.run.dir", str(out_dir), f"holds a training run's files ({', '.join(trainer)}); "
                                                          "choose another directory")
-    rd = check_run_dir(out_dir, None, {}, overwrite=True)      # only SHARED_FILES can be left: checked deletable
-    try:
-        earlier = [name for name in (*RESULTS, JOB_LOG) if (out_dir / name).exists() or (out_dir / name).is_symlink()]
-        if any(name in RESULTS for name in earlier) and not overwrite:
-            raise ConfigError("hydra.run.dir", str(out_dir),
-                              f"holds an earlier run's results ({', '.join(earlier)}); choose a new directory, or "
-                              "set overwrite=true to replace them")
-        for name in earlier:                 # everything overwrite=true deletes can be deleted
-            path = out_dir / name
-            if path.is_dir():
-                raise ConfigError("hydra.run.dir", str(out_dir), f"{path} is a directory, not a run's file; "
-                                                                 "remove it or choose another directory")
-        rd.replace = tuple(earlier) + tuple(name for name in rd.replace if name in SHARED_FILES)
-    except BaseException:
-        rd.release()
-        raise
-    return rd
+    earlier = [name for name in (*RESULTS, JOB_LOG) if (out_dir / name).exists() or (out_dir / name).is_symlink()]
+    if any(name in RESULTS for name in earlier) and not overwrite:
+        raise ConfigError("hydra.run.dir", str(out_dir),
+                          f"holds an earlier run's results ({', '.join(earlier)}); choose a new directory, or "
+                          "set overwrite=true to replace them")
+    for name in earlier:                 # everything overwrite=true deletes can be deleted
+        path = out_dir / name
+        if path.is_dir():
+            raise ConfigError("hydra.run.dir", str(out_dir), f"{path} is a directory, not a run's file; "
+                                                             "remove it or choose another directory")
+    # only an earlier synthetic run's files can be left (or none): replaced as its manifest lists
+    return check_run_dir(out_dir, None, {}, overwrite=True, writes=WRITES)
 
 
 def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:

@@ -1,3 +1,4 @@
+import pickle
 import random
 
 import numpy as np
@@ -5,7 +6,10 @@ import pytest
 import torch
 
 from dadam3 import checkpoint as ckpt
+from dadam3.checkpoint import files
+from dadam3.checkpoint.resume import check_checkpoint
 from dadam3.errors import ConfigError
+from dadam3.run_dir import check_run_dir
 
 
 def _draw() -> tuple:
@@ -19,7 +23,7 @@ def test_atomic_save_roundtrip(tmp_path):
     path = ckpt.atomic_save(obj, tmp_path / "run" / "checkpoints" / "last.pt")
     back = ckpt.load(path)
     assert torch.equal(back["x"], obj["x"]) and back["iteration"] == 7 and back["nested"] == {"a": [1, 2]}
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.pt", "last.pt.sha256"]
 
 
 def test_failure_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
@@ -41,7 +45,7 @@ def test_failure_mid_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
 
     assert path.read_bytes() == good_bytes
     assert ckpt.load(path)["iteration"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temp file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "last.pt.sha256"]  # no temp file left
 
 
 def test_keyboard_interrupt_mid_write_leaves_no_temp(tmp_path, monkeypatch):
@@ -70,7 +74,7 @@ def test_rng_state_survives_checkpoint_file_with_weights_only(tmp_path):
     first = _draw()
     path = ckpt.atomic_save({"rng": state}, tmp_path / "last.pt")
     _draw()
-    ckpt.restore_rng_state(ckpt.load(path, weights_only=True)["rng"])
+    ckpt.restore_rng_state(ckpt.load(path)["rng"])
     assert _draw() == first
 
 
@@ -95,3 +99,118 @@ def test_resolve_resume_path_missing(tmp_path, where):
     msg = str(e.value)
     assert e.value.key == "resume" and msg.startswith(f"resume={target}: no checkpoint at")
     assert "\n" not in msg
+
+
+# ---------------------------------------------------------------- files read back are data, never code
+
+class _Payload:
+    """What an attacker adds to a checkpoint: unpickling it would write the marker file."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def _state(**extra) -> dict:
+    return {"kind": "dadam3.train/1", "iteration": 3, "config": {"seed": 0}, "G": {"w": torch.arange(4096.0)},
+            "noise": ckpt.NodeList([torch.zeros(2)]), **extra}
+
+
+def _write_sidecar(path):
+    """The checksum an attacker who also controls the checksum file would write."""
+    files.checksum_path(path).write_text(f"{files.file_sha256(path)}  {path.name}\n")
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+@pytest.mark.parametrize("sidecar", [True, False])
+def test_a_payload_in_a_checkpoint_is_refused_unrun(tmp_path, zipped, sidecar):
+    marker, path = tmp_path / "marker", tmp_path / "checkpoints" / "last.pt"
+    path.parent.mkdir()
+    if zipped:
+        torch.save(_state(G=_Payload(marker)), path)
+    else:                                    # a plain (non-zip) pickle at checkpoints/last.pt
+        with open(path, "wb") as f:
+            pickle.dump(_state(G=_Payload(marker)), f)
+    if sidecar:
+        _write_sidecar(path)
+    with pytest.raises(ConfigError) as e:
+        ckpt.load(path)
+    assert not marker.exists()
+    msg = str(e.value)
+    assert msg.startswith(f"resume={path}: ") and "\n" not in msg and "nothing in it was run" in msg
+    assert ("(exec)" in msg) if zipped else ("not torch's zip format" in msg)
+
+
+def test_a_resume_from_a_run_holding_a_payload_is_refused_before_anything(tmp_path):
+    """The issue's reproducer through the run directory's checks (what ``resume=RUN`` calls)."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    path = ckpt.atomic_save(_state(extra=_Payload(marker)), ckpt.checkpoint_path(run))
+    (run / "metrics.jsonl").write_text('{"iteration": 3}\n')
+    before = sorted(p.name for p in run.rglob("*"))
+    with pytest.raises(ConfigError, match="nothing in it was run"):
+        check_run_dir(tmp_path / "elsewhere", str(run), {"seed": 0})
+    assert not marker.exists() and sorted(p.name for p in run.rglob("*")) == before
+    assert path.is_file()
+
+
+def test_a_flipped_bit_in_tensor_data_is_named_corrupt(tmp_path):
+    path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
+    data = bytearray(path.read_bytes())
+    at = data.find(torch.arange(4096.0).numpy().tobytes()) + 4 * 1000 + 2     # inside weight 1000
+    assert at > 4 * 1000
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigError) as e:
+        ckpt.load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"resume={path}: corrupt checkpoint") and "\n" not in msg and "last good" not in msg
+    files.checksum_path(path).unlink()       # the flip is real: unverified, the file loads with another weight
+    assert ckpt.load(path)["G"]["w"][1000].item() != 1000.0
+
+
+@pytest.mark.parametrize("keep", [0, 100, 0.5])
+def test_a_truncated_checkpoint_is_named_corrupt(tmp_path, keep):
+    path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep) if isinstance(keep, float) else keep])
+    with pytest.raises(ConfigError, match="corrupt checkpoint"):
+        ckpt.load(path)
+    files.checksum_path(path).unlink()       # without its checksum: not a checkpoint, still one line
+    with pytest.raises(ConfigError, match="not torch's zip format|not a readable checkpoint"):
+        ckpt.load(path)
+
+
+def test_a_checkpoint_without_checksum_loads_as_data_with_a_warning(tmp_path, caplog):
+    """An earlier version's checkpoint (no ``last.pt.sha256``): loaded through weights_only, said once."""
+    path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
+    files.checksum_path(path).unlink()
+    with caplog.at_level("WARNING"):
+        assert ckpt.load(path)["iteration"] == 3
+    assert [r.getMessage() for r in caplog.records if "not verified" in r.getMessage()] == [
+        f"{path} has no last.pt.sha256 (written before checkpoints had checksums, or it was removed): loaded as data "
+        "(weights_only) but not verified"]
+
+
+def test_the_checksum_file_verifies_the_file_on_disk_after_each_save(tmp_path):
+    path = tmp_path / "last.pt"
+    for i in range(3):
+        ckpt.atomic_save(_state(iteration=i), path)
+        assert files.read_checksums(path) == [files.file_sha256(path)]
+    assert ckpt.load(path)["iteration"] == 2
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"evil": 1}, "holds an entry 'evil' this code never writes"),
+    ({"G": [1, 2]}, "entry 'G' is a list, not a dict"),
+    ({"noise": "x"}, "entry 'noise' is a str, not a list"),
+    ({"window_count": True}, "entry 'window_count' is a bool, not a int"),
+    ({"rng": None}, "entry 'rng' is a NoneType, not a dict"),
+    ({"iteration": 2.5}, "the checkpoint claims iteration 2.5"),
+])
+def test_a_checkpoint_with_another_entry_or_type_is_refused(tmp_path, change, says):
+    path = ckpt.atomic_save(_state(**change), tmp_path / "last.pt")
+    with pytest.raises(ConfigError) as e:
+        check_checkpoint(ckpt.load(path), path)
+    assert says in str(e.value) and "\n" not in str(e.value)

@@ -154,7 +154,8 @@ def test_mnist_idx_files(tmp_path: Path, gz: bool) -> None:
     assert torch.all(x[0] == level(51))                       # flat 51 stays 51 → -0.6
     assert ds.labels.tolist() == [i % 10 for i in range(12)]
     # preloaded fast path == torchvision's per-item PIL pipeline, bit for bit
-    ref = torchvision.datasets.MNIST(str(tmp_path), transform=transforms.Compose(
+    write_mnist(tmp_path / "ref")            # the same files uncompressed: torchvision reads only those
+    ref = torchvision.datasets.MNIST(str(tmp_path / "ref"), transform=transforms.Compose(
         [transforms.Resize(32), transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))]))
     for i in (0, 3, 11):
         assert torch.equal(ds[i], ref[i][0])
@@ -167,6 +168,50 @@ def test_mnist_missing_names_path(tmp_path: Path) -> None:
         build_dataset("mnist", tmp_path / "nothing")
     assert err.value.key == "root" and "download=true" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_truncated_gz_leaves_no_decompressed_file(tmp_path: Path) -> None:
+    """The issue's reproducer: a truncated .gz is one line, every time; MNIST's .gz files are read as
+    they lie, so nothing decompressed (a 0-byte file a later run would trust) is ever left beside them."""
+    write_mnist(tmp_path, gz=True)
+    raw = tmp_path / "MNIST" / "raw"
+    gz = raw / "train-images-idx3-ubyte.gz"
+    gz.write_bytes(gz.read_bytes()[:-100])
+    for _ in range(2):
+        with pytest.raises(ConfigError) as err:
+            build_dataset("mnist", tmp_path)
+        msg = str(err.value)
+        assert err.value.key == "root" and "cannot read the MNIST idx files" in msg and str(gz) in msg
+        assert "\n" not in msg and [p.name for p in raw.iterdir() if not p.name.endswith(".gz")] == []
+
+
+def test_mnist_images_and_labels_that_disagree_are_refused(tmp_path: Path) -> None:
+    write_mnist(tmp_path)
+    raw = tmp_path / "MNIST" / "raw"
+    write_idx(raw / "train-images-idx3-ubyte", np.zeros((100, 28, 28), np.uint8))
+    write_idx(raw / "train-labels-idx1-ubyte", np.zeros(60, np.uint8))
+    with pytest.raises(ConfigError) as err:
+        build_dataset("mnist", tmp_path)
+    assert str(err.value) == (f"root={tmp_path}: {raw / 'train-images-idx3-ubyte'} holds (100, 28, 28) images and "
+                              f"{raw / 'train-labels-idx1-ubyte'} 60 labels; expected [N, 28, 28] and N (one label "
+                              "per image)")
+
+
+def test_a_download_is_moved_into_place_only_when_complete(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision downloads and extracts into a temporary folder; a failure leaves nothing in root."""
+    def broken(self):
+        raw = Path(self.raw_folder)
+        raw.mkdir(parents=True)
+        (raw / "train-images-idx3-ubyte").write_bytes(b"\0\0\x08\x03partial")
+        raise RuntimeError("connection reset")
+
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", broken)
+    with pytest.raises(ConfigError) as err:
+        build_dataset("mnist", tmp_path, download=True)
+    assert err.value.key == "download" and "connection reset" in str(err.value) and list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(torchvision.datasets.MNIST, "download", lambda self: write_mnist(Path(self.root)))
+    assert len(build_dataset("mnist", tmp_path, download=True)) == 12
+    assert [p.name for p in tmp_path.iterdir()] == ["MNIST"]
 
 
 # ----------------------------------------------------------------------------- CIFAR
@@ -188,6 +233,25 @@ def test_cifar10_md5_mismatch_is_reported(tmp_path: Path) -> None:
     write_cifar10(tmp_path)     # our files cannot match the official md5s
     with pytest.raises(ConfigError, match="rejected by torchvision"):
         build_dataset("cifar10", tmp_path)
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def test_a_cifar_batch_holding_code_is_never_unpickled(tmp_path: Path) -> None:
+    """CIFAR's python release is pickles: torchvision unpickles only files whose md5 is the official
+    release's, so a batch someone changed is refused before it is read."""
+    write_cifar10(tmp_path)
+    marker = tmp_path / "marker"
+    write_pickle(tmp_path / "cifar-10-batches-py" / "data_batch_1", {"data": _Payload(marker), "labels": []})
+    with pytest.raises(ConfigError, match="rejected by torchvision"):
+        build_dataset("cifar10", tmp_path)
+    assert not marker.exists()
 
 
 def test_cifar100_fine_labels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ LAYERS = (
                     "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
     ("schema", ("dadam3.schema", "dadam3.schema.")),
     ("training", ("dadam3.gan.trainer",)),
-    ("run", ("dadam3.run_dir", "dadam3.run_checks", "dadam3.run_build")),
+    ("run", ("dadam3.run_dir", "dadam3.run_manifest", "dadam3.run_checks", "dadam3.run_build")),
     ("entry points", ("dadam3.train", "dadam3.train_start", "dadam3.synthetic", "dadam3.gossip_study", "dadam3.plot",
                       "dadam3.sweep", "dadam3.job_log", "dadam3.report", "dadam3.report.")),
 )

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from dadam3.errors import ConfigError
 from dadam3.divergence import FROZEN_RECORDS, first_breach, frozen_from, loss_beyond
 from dadam3.report.build import write
 from dadam3.report.runs import load_run
@@ -158,9 +159,17 @@ def test_provenance_is_given_or_unknown(tree):
             "(no config or no provenance.json; kept out of every verdict): 12 runs, seeds 0–2") in text
 
 
-def test_twice_gives_identical_bytes_and_stale_files_go(tree):
-    removed = write(tree)
-    assert {p.name for p in removed} == {"old_figure.png", "samples_adam3.png"}
+def test_twice_gives_identical_bytes_and_only_its_own_stale_files_go(tree):
+    """Files the report did not write (an earlier version's figure, a script's quick look) stay;
+    a figure the previous report listed in its manifest and this one does not write goes."""
+    assert write(tree) == []
+    assert (tree / "report" / "old_figure.png").is_file() and (tree / "fmnist" / "fig2" / "samples_adam3.png").is_file()
+    manifest = tree / "report" / "manifest.txt"
+    listed = manifest.read_text().splitlines()
+    assert "REPORT.md" in listed and all(p.endswith(".png") for p in listed[1:] if p != "REPORT.md")
+    (tree / "report" / "gone.png").write_bytes(b"a figure an earlier report wrote")
+    manifest.write_text(manifest.read_text() + "report/gone.png\n")
+    assert write(tree) == [tree / "report" / "gone.png"]
     first = {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
     assert write(tree) == []
     assert first == {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
@@ -238,3 +247,45 @@ def test_a_paper_scale_section_says_what_its_runs_are_and_draws_no_verdict(tree)
     assert ("iterations reached of Table 6's 30,000: Dadam3 1,000 (3.3%; finished); never run: Cadam3, DOSG, COSG"
             in section)
     assert "no verdict is drawn from them" in section and "**Verdict**" not in section
+
+
+def _report(*args):
+    return subprocess.run([sys.executable, "-m", "dadam3.report", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_a_folder_without_runs_is_left_untouched(tmp_path):
+    """The issue's reproducer: --results my, a folder of the user's own files and no run."""
+    my = tmp_path / "my"
+    for rel in ("report/draft.tex", "fmnist/mine/summary.md", "REPORT.md"):
+        (my / rel).parent.mkdir(parents=True, exist_ok=True)
+        (my / rel).write_text("the user's")
+    before = {p: p.read_bytes() for p in my.rglob("*") if p.is_file()}
+    r = _report("--results", str(my))
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.splitlines() == [
+        f"error: --results={my}: holds no run directory (no metrics.jsonl or metrics.csv below it): nothing "
+        "written; give the results folder"]
+    assert {p: p.read_bytes() for p in my.rglob("*") if p.is_file()} == before
+
+
+def test_another_tools_files_and_a_users_report_are_kept(tree):
+    (tree / "fmnist" / "fig3" / "summary.md").write_text("fmnist_figure.sh's quick look")
+    (tree / "report" / "draft.tex").write_text("the user's")
+    (tree / "REPORT.md").write_text("# my own notes\n")
+    with pytest.raises(ConfigError, match="REPORT.md was not written by this report"):
+        write(tree)
+    assert (tree / "REPORT.md").read_text() == "# my own notes\n" and not (tree / "report" / "manifest.txt").exists()
+    (tree / "REPORT.md").unlink()
+    write(tree)
+    (tree / "REPORT.md").write_text((tree / "REPORT.md").read_text() + "edited by hand\n")   # listed: the report's
+    assert write(tree) == []
+    assert (tree / "fmnist" / "fig3" / "summary.md").is_file() and (tree / "report" / "draft.tex").is_file()
+    assert "edited by hand" not in (tree / "REPORT.md").read_text()
+
+
+def test_a_manifest_naming_files_outside_the_results_folder_deletes_none(tree, tmp_path):
+    (tmp_path / "precious").write_text("keep")
+    write(tree)
+    manifest = tree / "report" / "manifest.txt"
+    manifest.write_text(manifest.read_text() + f"../precious\n{tmp_path / 'precious'}\n")
+    write(tree)
+    assert (tmp_path / "precious").read_text() == "keep"

@@ -4,7 +4,7 @@ checkpoints that are not one or do not fit are refused with one line, before any
 import pytest
 import torch
 
-from dadam3.checkpoint import checkpoint_path, load
+from dadam3.checkpoint import atomic_save, checkpoint_path, load
 from dadam3.errors import ConfigError
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
@@ -47,7 +47,7 @@ def test_a_checkpoint_that_does_not_fit_leaves_the_log_alone(tmp_path, damage):
         ckpt["opt_g"]["param_groups"] = []
     else:
         ckpt["G"] = {k: torch.zeros(*v.shape[:-1], v.shape[-1] + 1) if v.dim() else v for k, v in ckpt["G"].items()}
-    torch.save(ckpt, checkpoint_path(run))
+    atomic_save(ckpt, checkpoint_path(run))
     before = snapshot(run)
     with pytest.raises(ConfigError) as e:
         build_trainer(train_settings(config(TOY + ["loop.iterations=9", f"resume={run}"])), tmp_path / "x")

@@ -304,3 +304,109 @@ def test_unusable_paths_are_one_line_before_anything(tmp_path):
     assert r.returncode == 2
     one_line(r.stderr, f"error: metrics.cache_dir={afile}: exists and is not a directory")
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+# ---------------------------------------------------------------- 4: overwrite deletes only what a run wrote
+
+WRITES = ("metrics.jsonl", "checkpoints", "samples", "run_id")
+
+
+def fake_run(run, writes=WRITES):
+    """A run directory as a run leaves it: claimed (its manifest written), then its files."""
+    rd = check_run_dir(run, None, {}, writes=writes).commit()
+    rd.release()
+    for name in writes:
+        if name in ("checkpoints", "samples"):
+            (run / name).mkdir(exist_ok=True)
+            (run / name / "x").write_text("run's")
+        elif name != "run_id":
+            (run / name).write_text("run's\n")
+    return rd
+
+
+def test_a_run_lists_what_it_writes_before_it_writes_it(tmp_path):
+    rd = check_run_dir(tmp_path / "r", None, {"logger": {"kind": "jsonl"}, "dataset": {"name": "gaussians"}}).commit()
+    rd.release()
+    listed = (tmp_path / "r" / "manifest.txt").read_text().splitlines()
+    assert listed[0].startswith("# ") and "wandb" not in listed and "images" not in listed
+    assert set(listed[1:]) == {"metrics.jsonl", "checkpoints", "samples", "config_resolved.yaml", "provenance.json",
+                               "run_id", ".hydra", "train.log"}
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_directory_that_holds_no_run_is_refused_and_nothing_deleted(tmp_path, overwrite):
+    """The issue's reproducer: a user's images/ (a name a run writes) in a folder without run."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "cat.png").write_bytes(b"png")
+    (tmp_path / "manifest.txt").write_text("images\n")          # a user's file of that name: no run's manifest
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        check_run_dir(tmp_path, None, {}, overwrite=overwrite)
+    msg = str(e.value)
+    assert msg == (f"hydra.run.dir={tmp_path}: holds images but no run (no manifest.txt, run_id or metrics.jsonl): "
+                   "not a run directory, so nothing in it is deleted or written over; choose another directory or "
+                   "move them away")
+    assert "resume=" not in msg and snapshot(tmp_path) == before
+
+
+def test_a_directory_of_other_files_is_a_plain_start_and_keeps_them(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    rd = check_run_dir(tmp_path, None, {}, overwrite=True, writes=WRITES)
+    assert rd.replace == ()
+    rd.commit().release()
+    assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "manifest.txt").is_file()
+
+
+def test_overwrite_deletes_exactly_what_the_manifest_lists(tmp_path):
+    fake_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "samples" / "mine.png").write_text("in a folder the run made: the run's")
+    with pytest.raises(ConfigError) as e:            # without overwrite: no checkpoint, so no resume= hint
+        check_run_dir(tmp_path, None, {}, writes=WRITES)
+    assert "resume=" not in str(e.value) and "overwrite=true" in str(e.value)
+    rd = check_run_dir(tmp_path, None, {}, overwrite=True, writes=WRITES)
+    assert rd.replace == WRITES
+    rd.commit().release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "manifest.txt", "notes.txt", "run_id"]
+
+
+def test_names_a_run_writes_but_its_manifest_does_not_list_are_refused(tmp_path):
+    fake_run(tmp_path, ("metrics.jsonl", "run_id"))
+    (tmp_path / "images").mkdir()                   # the user's, put into the run's directory later
+    (tmp_path / "images" / "cat.png").write_bytes(b"png")
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError, match="holds images, which its run did not write .not in its manifest.txt."):
+        check_run_dir(tmp_path, None, {}, overwrite=True, writes=WRITES)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_manifest_naming_paths_outside_the_directory_deletes_none_of_them(tmp_path):
+    run, outside = tmp_path / "run", tmp_path / "precious"
+    outside.mkdir()
+    (outside / "f").write_text("keep")
+    fake_run(run)
+    manifest = run / "manifest.txt"
+    manifest.write_text(manifest.read_text() + "../precious\n/tmp\nsamples/../..\n.lock\n")
+    rd = check_run_dir(run, None, {}, overwrite=True, writes=WRITES)
+    assert rd.replace == WRITES
+    rd.commit().release()
+    assert (outside / "f").read_text() == "keep"
+
+
+def test_a_run_of_an_earlier_version_is_replaced_by_the_names_such_a_run_writes(tmp_path):
+    """No manifest (written before manifests), but its run id: overwrite deletes RUN_FILES' names."""
+    fake_run(tmp_path)
+    (tmp_path / "manifest.txt").unlink()
+    (tmp_path / "notes.txt").write_text("mine")
+    rd = check_run_dir(tmp_path, None, {}, overwrite=True, writes=WRITES)
+    assert rd.replace == WRITES
+    rd.commit().release()
+    assert (tmp_path / "notes.txt").is_file() and not (tmp_path / "samples").exists()
+
+
+def test_a_resume_adds_what_it_writes_to_the_runs_manifest(tmp_path):
+    """What an earlier segment of the run wrote stays listed (a resume with logger=wandb adds wandb)."""
+    rd = fake_run(tmp_path)
+    rd.new_id, rd.writes = False, ("metrics.jsonl", "wandb")     # as check_run_dir makes it for a resume
+    rd.commit().release()
+    assert (tmp_path / "manifest.txt").read_text().splitlines()[1:] == [*WRITES, "wandb"]

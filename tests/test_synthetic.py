@@ -239,3 +239,23 @@ def test_fig1_script_fails_with_the_failed_runs_status_and_draws_nothing(tmp_pat
     assert " - dadam3: 3000 iterations" in lines[0], r.stderr
     assert len(lines) == 3 and lines[1].startswith("error: optimizer.beta3=0.2: "), r.stderr
     assert lines[2] == "fig1_synthetic.sh: optimizer=dp_oadam failed (exit status 2); see its output above"
+
+
+def test_a_users_folder_is_never_a_training_runs_and_nothing_in_it_is_deleted(tmp_path):
+    """overwrite=true into a folder with a user's images/ (no run), or into a synthetic run's
+    directory with an images/ its manifest does not list: refused, nothing deleted."""
+    from dadam3.errors import ConfigError
+    from dadam3.synthetic import check_synthetic_dir
+    (tmp_path / "images").mkdir()
+    with pytest.raises(ConfigError, match="holds images but no run"):
+        check_synthetic_dir(tmp_path, overwrite=True)
+    (tmp_path / "images").rmdir()
+    check_synthetic_dir(tmp_path, overwrite=True).commit().release()      # a run claims it: its manifest
+    (tmp_path / "metrics.csv").write_text("iteration\n")
+    (tmp_path / "images").mkdir()
+    with pytest.raises(ConfigError, match="holds images, which its run did not write"):
+        check_synthetic_dir(tmp_path, overwrite=True)
+    (tmp_path / "images").rmdir()
+    rd = check_synthetic_dir(tmp_path, overwrite=True)
+    assert set(rd.replace) == {"metrics.csv", "run_id"}
+    rd.release()

@@ -21,9 +21,10 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
-from dadam3.checkpoint.files import atomic_save
+from dadam3.checkpoint.files import NodeList, atomic_save
 from dadam3.distributed.placement import Placement
 
 CHECKPOINT_KIND = "dadam3.train/1"
@@ -31,6 +32,14 @@ CHECKPOINT_KIND = "dadam3.train/1"
 NODE_ENTRIES = ("G", "D", "opt_g", "opt_d", "window", "sampler", "noise")
 RUN_ID_FILE = "run_id"          # <run_dir>/run_id: the run's id, one line
 RUN_ID = re.compile(r"[0-9a-f]{32}")
+# every entry a checkpoint of this code may hold -> the types its value may have (a checkpoint with
+# another entry, or a value of another type, is refused by dadam3.checkpoint.resume.check_checkpoint)
+ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "iteration": (int,), "elapsed": (float, int), "config": (dict,), "run_id": (str, type(None)),
+    "window": (dict,), "window_count": (int,), "G": (dict,), "D": (dict,), "opt_g": (dict,), "opt_d": (dict,),
+    "bytes_sent": (np.ndarray, torch.Tensor, type(None)), "sampler": (dict,), "noise": (list,), "rng": (dict,),
+    "wandb_run_id": (str, type(None)), "record_on_grid": (bool,), "identity": (str,),
+}
 
 
 def read_run_id(run_dir: Path) -> str | None:
@@ -54,10 +63,6 @@ def resume_override(run_dir: str | Path) -> str:
 def resume_command(run_dir: str | Path, module: str = "dadam3.train") -> str:
     """The command line that continues the run in ``run_dir``, quoted for the shell and Hydra."""
     return f"python -m {module} {shlex.quote(resume_override(run_dir))}"
-
-
-class NodeList(list):
-    """A list with one item per node (e.g. the nodes' generator states)."""
 
 
 def stamped(state: Mapping[str, Any]) -> dict[str, Any]:

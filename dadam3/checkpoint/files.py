@@ -1,4 +1,5 @@
-"""Checkpoint files: where they live, written atomically, read back with one-line errors.
+"""Checkpoint files: where they live, written atomically with their checksum, read back as
+data (never code) with one-line errors.
 
 Layout of a run directory (what :func:`resolve_resume_path` understands)::
 
@@ -6,23 +7,54 @@ Layout of a run directory (what :func:`resolve_resume_path` understands)::
         metrics.jsonl            # run records, see dadam3.run_logging
         checkpoints/
             last.pt              # newest checkpoint, replaced atomically at each save
+            last.pt.sha256       # its SHA-256 (``sha256sum -c`` reads it), written with it
+
+Loading (:func:`load`) runs nothing stored in the file: the checksum is verified first (a
+changed byte anywhere: the file is named corrupt, nothing of it is read), then
+``torch.load(weights_only=True)`` rebuilds only tensors, plain Python containers and numbers,
+numpy arrays and the project's own :data:`SAFE_TYPES`; any other object in the file (a class, a
+function, a ``__reduce__`` payload) is refused before it is built. A checkpoint of an earlier
+version has no ``.sha256``: it still loads through the same safe path, with a one-line warning
+that it could not be verified.
 
 What a training checkpoint holds is :mod:`dadam3.checkpoint.contents`'s concern.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
+import logging
 import os
+import pickle
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from dadam3.errors import ConfigError, RunStopped, write_failure_reason
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
+CHECKSUM_SUFFIX = ".sha256"          # last.pt -> last.pt.sha256
+
+
+class NodeList(list):
+    """A list with one item per node (e.g. the nodes' generator states): a checkpoint's own type."""
+
+
+# what a checkpoint may hold beyond torch's plain types (tensors, dicts, lists, numbers, strings):
+# the project's per-node list (also under the module an earlier version defined it in) and numpy
+# arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
+# numpy._core, numpy 1 numpy.core)
+SAFE_TYPES: tuple = (NodeList, (NodeList, "dadam3.checkpoint.contents.NodeList"),
+                     np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
+                     (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"))
 
 
 class CheckpointNotWritten(RunStopped):
@@ -38,13 +70,17 @@ def checkpoint_path(run_dir: str | os.PathLike) -> Path:
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` ``obj`` so that ``path`` always holds either the old or the new checkpoint.
+    """``torch.save`` ``obj`` so that ``path`` always holds either the old or the new checkpoint,
+    and ``path.sha256`` (:func:`checksum_path`) a SHA-256 that verifies it.
 
     The object is written to a temporary file in the same directory (``.<name>.<random>.tmp``),
-    flushed and fsynced, then moved over ``path`` with :func:`os.replace` (atomic on POSIX
-    and Windows within one file system); the directory is fsynced so the rename survives a
-    power loss. If writing fails the temporary file is removed and the error propagates.
-    A SIGKILL mid-write can leave a stray ``.tmp`` file but never a damaged ``path``.
+    flushed and fsynced and hashed; the checksum file is then replaced (atomically, like the
+    checkpoint) by one listing the new hash and the old file's, the checkpoint moved over
+    ``path`` with :func:`os.replace` (atomic on POSIX and Windows within one file system), and
+    the checksum file rewritten with the new hash alone: whenever the process stops, the
+    ``path`` on disk verifies. The directory is fsynced so the renames survive a power loss. If
+    writing fails the temporary files are removed and the error propagates. A SIGKILL mid-write
+    can leave a stray ``.tmp`` file but never a damaged ``path``.
 
     Any failure to write is an ``OSError`` whose ``strerror`` says why
     (:func:`dadam3.errors.write_failure_reason`): on a full disk or past the file-size limit
@@ -58,6 +94,8 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        digest = file_sha256(Path(tmp))
+        _write_checksums(path, [digest, *read_checksums(path)[:2]])     # both the old and the new file verify
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -67,8 +105,51 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
         if isinstance(e, Exception) and not isinstance(e, OSError):
             raise OSError(errno.EIO, write_failure_reason(e, tmp)) from None
         raise
+    try:
+        _write_checksums(path, [digest])
+    except OSError:         # the file on disk still lists the new hash (and the old): it verifies
+        pass
     _fsync_dir(path.parent)
     return path
+
+
+def checksum_path(path: str | os.PathLike) -> Path:
+    """``<path>.sha256``: the checksum file written with the checkpoint ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file's bytes, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_checksums(path: Path) -> list[str]:
+    """The hashes ``path``'s checksum file lists (``sha256sum`` lines), [] when it has none."""
+    try:
+        lines = checksum_path(path).read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeError):
+        return []
+    return [h for h, _, _ in (line.partition("  ") for line in lines)
+            if len(h) == 64 and all(c in "0123456789abcdef" for c in h)]
+
+
+def _write_checksums(path: Path, digests: list[str]) -> None:
+    target = checksum_path(path)
+    fd, tmp = mkstemp_umask(target)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write("".join(f"{d}  {path.name}\n" for d in dict.fromkeys(digests)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def mkstemp_umask(path: Path) -> tuple[int, str]:
@@ -103,20 +184,42 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def load(path: str | os.PathLike, map_location: Any = "cpu", weights_only: bool = False,
-         key: str = "resume") -> Any:
-    """Load a checkpoint written by :func:`atomic_save`; a file torch cannot read (truncated,
-    not a checkpoint) is a one-line ConfigError naming ``key`` and the path.
-
-    ``weights_only`` defaults to False because checkpoints may hold the trainer's own
-    (trusted) objects such as optimizer-state dataclasses; only load files you wrote.
-    """
+def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume") -> Any:
+    """Load a checkpoint written by :func:`atomic_save` as data: its checksum verified, then
+    ``torch.load(weights_only=True)`` with :data:`SAFE_TYPES` allowed (nothing stored in the file
+    runs). A corrupt file (its bytes are not the ones its checksum file lists), one that is no
+    checkpoint (not torch's zip format, truncated) or that holds other objects is a one-line
+    ConfigError naming ``key`` and the path; a file without checksum (an earlier version's)
+    loads the same safe way after a one-line warning."""
+    path = Path(path)
+    expected = read_checksums(path)
     try:
-        return torch.load(Path(path), map_location=map_location, weights_only=weights_only)
-    except Exception as e:   # pickle, zip and EOF errors all mean: not a readable checkpoint
+        actual = file_sha256(path)
+    except OSError as e:
+        raise ConfigError(key, str(path), f"cannot read the checkpoint ({e.strerror or e})") from None
+    if expected and actual not in expected:
+        raise ConfigError(key, str(path), f"corrupt checkpoint: its SHA-256 is not the one {checksum_path(path).name} "
+                                          "recorded when it was written (damaged or changed since); nothing was "
+                                          "loaded: restore it from a copy or start a new run")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(key, str(path), "not a readable checkpoint (not torch's zip format: truncated, or another "
+                                          "kind of file); nothing in it was run")
+    try:
+        with torch.serialization.safe_globals(list(SAFE_TYPES)):
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:      # weights_only refused an object: never built, never run
+        found = re.search(r"GLOBAL (\S+)|but got <class '([^']+)'>", str(e))
+        found = next(g for g in found.groups() if g) if found else type(e).__name__
+        raise ConfigError(key, str(path), f"holds an object a checkpoint never holds ({found}): refused unbuilt, "
+                                          "nothing in it was run; it is not a checkpoint of this code") from None
+    except Exception as e:   # zip and EOF errors: not a readable checkpoint
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
                                           f"file: {type(e).__name__}: {reason})") from None
+    if not expected:
+        log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
+                    "(weights_only) but not verified", path, checksum_path(path).name)
+    return ckpt
 
 
 def resolve_resume_path(resume: str | os.PathLike) -> Path:

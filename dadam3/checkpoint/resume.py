@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from dadam3.checkpoint.contents import CHECKPOINT_KIND
+from dadam3.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
 from dadam3.config import flatten
 from dadam3.errors import ConfigError
 
@@ -67,8 +67,9 @@ def identity_diff(stored: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
 
 
 def check_checkpoint(ckpt: Any, path: Path) -> None:
-    """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), at
-    an iteration >= 0, with its config, of this version (the ``loop`` group)."""
+    """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
+    only the entries this code writes, each of its type (:data:`~dadam3.checkpoint.contents.ENTRY_TYPES`),
+    at an iteration >= 0, with its config, of this version (the ``loop`` group)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
                                                f"(expected kind {CHECKPOINT_KIND})")
@@ -79,6 +80,14 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
     if "iterations" in ckpt["config"]:       # written before the loop group: its keys were top-level
         raise ConfigError("resume", str(path), "a checkpoint of an older version (top-level iterations, batch_size, "
                                                "...; now loop.*): resume it with that version or start a new run")
+    for name, value in ckpt.items():
+        if name not in ENTRY_TYPES:
+            raise ConfigError("resume", str(path), f"the checkpoint holds an entry {name!r} this code never writes: "
+                                                   "it was changed or is another program's; start a new run")
+        if type(value) is bool and bool not in ENTRY_TYPES[name] or not isinstance(value, ENTRY_TYPES[name]):
+            raise ConfigError("resume", str(path), f"the checkpoint's entry {name!r} is a {type(value).__name__}, "
+                                                   f"not a {' or '.join(t.__name__ for t in ENTRY_TYPES[name])}: it "
+                                                   "is damaged or another program's; start a new run")
 
 
 def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool],

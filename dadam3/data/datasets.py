@@ -3,7 +3,7 @@
 Layouts under ``root`` and what one item is:
 
 * ``mnist`` — ``MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (or the ``.gz``
-  files, decompressed in place): 1×32×32, the 28 px digits resized bilinearly as in the paper.
+  files, read as they are): 1×32×32, the 28 px digits resized bilinearly as in the paper.
 * ``fashion_mnist`` — the same four idx file names (raw or ``.gz``), either in torchvision's
   layout ``FashionMNIST/raw/`` or directly in ``root`` (the Debian package
   ``dataset-fashion-mnist`` puts the ``.gz`` files in ``/usr/share/datasets/fashion-mnist``):
@@ -19,6 +19,7 @@ Layouts under ``root`` and what one item is:
 * ``gaussians`` — no files (:mod:`dadam3.data.gaussians`): 2-D points, infinite.
 
 Every image is float32 C×H×W normalised with mean 0.5 / std 0.5, i.e. in [-1, 1].
+A download goes into a temporary folder moved into ``root`` once complete (:mod:`dadam3.data.fetch`).
 MNIST, Fashion-MNIST and CIFAR are preloaded into one uint8 tensor (:class:`TensorImages`); CelebA and
 Imagenette decode on demand (:class:`DecodedImages`).
 """
@@ -33,13 +34,13 @@ import torch
 from torch import Tensor
 from torchvision import datasets, transforms
 from torchvision.transforms.v2 import functional as F2
-from torchvision.datasets.utils import extract_archive
 
 from dadam3.errors import ConfigError, check_choice, check_int
 from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
 from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDataset, ImageFiles,
                                     TensorImages, ToRGB, find_image_files)
 from dadam3.data.fake import FakeImages
+from dadam3.data.fetch import fetch
 from dadam3.data.gaussians import GaussianRing
 from dadam3.data.idx import IdxError, find_idx_files, read_idx
 
@@ -133,15 +134,18 @@ def _normalize(channels: int) -> transforms.Normalize:
 # ---------------------------------------------------------------- MNIST / CIFAR (preloaded)
 
 def _load_mnist(root: Path, size: int, download: bool, train: bool) -> TensorImages:
+    """The split's two idx files in ``root/MNIST/raw`` (raw or ``.gz``, never decompressed here)."""
     raw = root / "MNIST" / "raw"
-    names = [Path(f).stem for f, _ in datasets.MNIST.resources]   # *.gz -> idx file name
+    names = [Path(f).stem for f, _ in datasets.MNIST.resources][:2 if train else 4][-2:]   # the split's idx files
     hint = "set {download=true} or place the idx files (raw or .gz) there"     # said by _construct
-    if not download:
-        _gunzip_missing(root, raw, names)
-    base = _construct(lambda: datasets.MNIST(str(root), train=train, download=download),
-                      "MNIST", root, raw, names, download, hint)
-    images = _resize_uint8(base.data.unsqueeze(1), size)
-    return TensorImages(images, base.targets, "mnist")
+    if download and find_idx_files(raw, names) is None:
+        _construct(lambda: fetch(lambda r: datasets.MNIST(r, train=train, download=True), root),
+                   "MNIST", root, raw, names, True, hint)
+    if (files := find_idx_files(raw, names)) is None:
+        raise ConfigError("root", str(root), f"MNIST not found at {raw} (missing {' or '.join(names)}, raw or .gz); "
+                                             f"{hint}", {"download": download})
+    images, labels = _read_split(root, files, "MNIST")
+    return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "mnist")
 
 
 def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, split: str | None = None) -> TensorImages:
@@ -152,7 +156,8 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     copy), the split's two idx files are read here, ``.gz`` or raw, in either layout, with
     :func:`~dadam3.data.idx.read_idx` (gzip + numpy). Nothing is ever written into ``root``,
     which may be read-only. torchvision's class is used only to download
-    (``download=True`` and no files found), into its own layout. The images go through the
+    (``download=True`` and no files found), into a temporary folder moved into its own layout
+    when complete (:func:`~dadam3.data.fetch.fetch`). The images go through the
     same :func:`_resize_uint8` as MNIST. ``split`` (``train`` | ``test``) overrides ``train``
     (smoke runs train on the committed 1000 test images).
     """
@@ -163,33 +168,34 @@ def _load_fashion_mnist(root: Path, size: int, download: bool, train: bool, spli
     tv_raw = root / "FashionMNIST" / "raw"
     files = find_idx_files(tv_raw, names) or find_idx_files(root, names)
     if files is None and download:
-        base = _construct(lambda: datasets.FashionMNIST(str(root), train=train, download=True),
-                          "Fashion-MNIST", root, tv_raw, names, download, "")
-        images, labels = base.data, base.targets
-    elif files is None:
+        _construct(lambda: fetch(lambda r: datasets.FashionMNIST(r, train=train, download=True), root),
+                   "Fashion-MNIST", root, tv_raw, names, download, "")
+        files = find_idx_files(tv_raw, names)
+    if files is None:
         raise ConfigError("root", str(root),
                           f"Fashion-MNIST not found: neither {tv_raw} nor {root} holds "
                           f"{' and '.join(names)} (raw or .gz); apt-get install dataset-fashion-mnist "
                           f"and set {{root={FASHION_MNIST_DEBIAN_ROOT}}}, or set {{download=true}}",
                           {"root": str(root), "download": download})
     else:
-        images, labels = _read_split(root, files)
+        images, labels = _read_split(root, files, "Fashion-MNIST")
     return TensorImages(_resize_uint8(images.unsqueeze(1), size), labels.to(torch.int64), "fashion_mnist")
 
 
-def _read_split(root: Path, files: list[Path]) -> tuple[Tensor, Tensor]:
-    """The uint8 ``[N, 28, 28]`` images and ``[N]`` labels of one split; checks they match."""
+def _read_split(root: Path, files: list[Path], title: str) -> tuple[Tensor, Tensor]:
+    """The uint8 ``[N, 28, 28]`` images and ``[N]`` labels of one split; checks they match (one
+    line naming both files and their counts)."""
     try:
         images, labels = read_idx(files[0], ndim=3), read_idx(files[1], ndim=1)
     except (OSError, IdxError) as e:
         raise ConfigError("root", str(root),
-                          f"cannot read the Fashion-MNIST idx files ({_one_line(e)}); they may be "
+                          f"cannot read the {title} idx files ({_one_line(e)}); they may be "
                           "corrupt: reinstall them or set {download=true} with an empty root",
                           {"download": False}) from None
     if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
         raise ConfigError("root", str(root),
-                          f"{files[0].name} holds {tuple(images.shape)} images and {files[1].name} "
-                          f"{labels.shape[0]} labels; expected [N, 28, 28] and N")
+                          f"{files[0]} holds {tuple(images.shape)} images and {files[1]} "
+                          f"{labels.shape[0]} labels; expected [N, 28, 28] and N (one label per image)")
     return images, labels
 
 
@@ -198,8 +204,11 @@ def _load_cifar(cls: type[datasets.CIFAR10], name: str, title: str,
     folder = root / cls.base_folder
     names = [f for f, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
     hint = f"set {{download=true}} or extract {cls.filename} into {root}"     # said by _construct
-    base = _construct(lambda: cls(str(root), train=train, download=download),
-                      title, root, folder, names, download, hint)
+    if download and not all((folder / n).is_file() for n in names):
+        _construct(lambda: fetch(lambda r: cls(r, train=train, download=True), root),
+                   title, root, folder, names, True, hint)
+    base = _construct(lambda: cls(str(root), train=train, download=False),
+                      title, root, folder, names, False, hint)
     images = torch.from_numpy(np.ascontiguousarray(base.data)).permute(0, 3, 1, 2)   # HWC -> CHW
     images = _resize_uint8(images, size)
     return TensorImages(images, torch.as_tensor(base.targets, dtype=torch.int64), name)
@@ -223,17 +232,6 @@ def _resize_uint8(images: Tensor, size: int) -> Tensor:
     if tuple(images.shape[-2:]) == (size, size):
         return images.contiguous()
     return F2.resize(images, [size, size], antialias=True).contiguous()
-
-
-def _gunzip_missing(root: Path, folder: Path, names: list[str]) -> None:
-    """Decompress ``name.gz`` next to itself where ``name`` is missing (torchvision reads raw idx)."""
-    for name in names:
-        gz = folder / f"{name}.gz"
-        if not (folder / name).is_file() and gz.is_file():
-            try:
-                extract_archive(str(gz))
-            except (OSError, EOFError) as e:
-                raise ConfigError("root", str(root), f"cannot decompress {gz}: {e}") from None
 
 
 def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, names: list[str],
@@ -282,8 +280,10 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
     folder = root
     if download or tv_images.is_dir():
         try:
+            if download and not tv_images.is_dir():
+                fetch(lambda r: datasets.CelebA(r, split=split, target_type=[], download=True), root)
             base = datasets.CelebA(str(root), split=split, target_type=[], transform=transform,
-                                   download=download)
+                                   download=False)
             return DecodedImages(base, shape, None, "celeba", workers)
         except (RuntimeError, OSError, ImportError) as e:
             if download:
@@ -320,7 +320,9 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
                           f"extract imagenette2-160.tgz into {root}", {"download": download})
     wnids = ", ".join(sorted(datasets.Imagenette._WNID_TO_CLASS))
     try:
-        base = datasets.Imagenette(str(root), split=split, size="160px", download=download,
+        if download and not folder.is_dir():
+            fetch(lambda r: datasets.Imagenette(r, split=split, size="160px", download=True), root)
+        base = datasets.Imagenette(str(root), split=split, size="160px", download=False,
                                    transform=transform)
     except KeyError as e:
         raise ConfigError("root", str(root),

@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dadam3.errors import ConfigError
 from dadam3.report.build import write
 
 
@@ -16,7 +17,12 @@ def main(argv=None) -> None:
         print(f"error: --results={a.results}: not a directory (expected the results folder with the run "
               "directories)", file=sys.stderr)
         sys.exit(2)
-    for path in write(a.results):
+    try:
+        removed = write(a.results)
+    except ConfigError as e:         # no runs there, or a REPORT.md the report did not write: nothing written
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    for path in removed:
         print(f"removed stale {path}")
     print(f"wrote {a.results / 'REPORT.md'}")
 

@@ -1,6 +1,6 @@
 """``results/REPORT.md`` from the committed run directories: the sections in the paper's order,
-the list of every run with its provenance, and the removal of generated files this report does not
-write (earlier figures under ``results/report/``, superseded summaries and pictures)."""
+the list of every run with its provenance, and the removal of the files the previous report wrote and
+this one does not (its manifest: :mod:`dadam3.report.output`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,10 +15,6 @@ from dadam3.report.evidence import FRESH, FRESH_MIN, SELECTION, THRESHOLDS
 from dadam3.report.stats import RULE, seed_text
 from dadam3.report.output import Output
 from dadam3.report.runs import load_run, method_runs
-
-# files earlier scripts generated inside results/: REPORT.md is the one place for them now
-SUPERSEDED = ("fmnist/**/summary.md", "fmnist/**/*_fidelity.png", "fmnist/**/samples_*.png",
-              "fmnist/reference_values.md", "fig1/fig1_synthetic.png", "toy_gaussians/toy_gaussians.png")
 
 MINIATURE = " Here: the miniature preset on Fashion-MNIST, every method at the preset's one step size."
 PAPER_SCALE = " Here: Table 6's settings on Fashion-MNIST, as far as the runs went."
@@ -60,8 +56,10 @@ def all_runs(root: Path) -> list:
 
 
 def build(root: Path) -> tuple[str, Output]:
-    """The report's text; its figures are written on the way (``Output.written``)."""
+    """The report's text; its figures are written on the way (``Output.written``), once
+    :meth:`Output.check` has found runs and no ``REPORT.md`` of another's."""
     out = Output(root)
+    out.check()
     body = glance(root) + paper.fig1(root, out) + paper.image_figures(root, out)
     body += fm.comparison(root, out, "fig2", "Fashion-MNIST: Fig. 2 in miniature (one node)",
                           "Paper: " + paper.claims.FIG2 + MINIATURE, paper.claims.CLAIMS_FIG2)
@@ -92,10 +90,7 @@ def anchor(title: str) -> str:
 
 
 def write(root: Path) -> list[Path]:
-    """Write ``REPORT.md`` and its figures; remove stale generated files. Returns the files removed."""
+    """Write ``REPORT.md`` and its figures; remove what the previous report wrote and this one did
+    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed."""
     text, out = build(root)
-    (root / "REPORT.md").write_text(text)
-    removed = out.stale() + sorted({p for pattern in SUPERSEDED for p in root.glob(pattern) if p.is_file()})
-    for path in removed:
-        path.unlink()
-    return removed
+    return out.finish(text)
