@@ -330,7 +330,7 @@ def test_a_run_lists_what_it_writes_before_it_writes_it(tmp_path):
     listed = (tmp_path / "r" / "manifest.txt").read_text().splitlines()
     assert listed[0].startswith("# ") and "wandb" not in listed and "images" not in listed
     assert set(listed[1:]) == {"metrics.jsonl", "checkpoints", "samples", "config_resolved.yaml", "provenance.json",
-                               "run_id", ".hydra", "train.log"}
+                               "run_id", ".hydra", "train.log", "code.diff"}
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
