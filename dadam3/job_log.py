@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.checkpoint import resolve_resume_path
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, failure_of
 from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
@@ -79,10 +79,16 @@ class JobLog:
         self.buffer.buffer.clear()
         root.addHandler(self.file)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         root = logging.getLogger()
         root.removeHandler(self.buffer)
         self.buffer.buffer.clear()
+        if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
+            # the traceback behind the entry point's one line (dadam3.errors.failure_of): in the file only
+            said = failure_of(exc)
+            self.file.handle(logging.getLogger(__name__).makeRecord(
+                __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
+                (exc_type, exc, tb)))
         if self.file is not None:
             root.removeHandler(self.file)
             self.file.close()

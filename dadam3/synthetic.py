@@ -37,7 +37,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.errors import ConfigError, exit_on_config_error, named_as
+from dadam3.errors import ConfigError, exit_on_failure, named_as
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
 from dadam3.job_log import JobLog, write_provenance
@@ -140,9 +140,10 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
     return result
 
 
-@exit_on_config_error
+@exit_on_failure
 def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
-    """``python -m dadam3.synthetic``: one run; a refusal or stop is one line and its exit status."""
+    """``python -m dadam3.synthetic``: one run; a refusal, a stop or an environmental failure is
+    one line and its exit status (the boundary: :func:`dadam3.errors.exit_on_failure`)."""
     synthetic_run(cfg, out_dir, stop)
 
 
