@@ -348,12 +348,27 @@ def _causes(e: BaseException) -> list[BaseException]:
     return out
 
 
+def _open_file_of(e: BaseException) -> str:
+    """The file an ``OSError`` without a file name was about: the name of an open file object
+    in the innermost frames it passed (a ``close`` or ``flush`` that failed names nothing)."""
+    import io
+    tb, frames = e.__traceback__, []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames[-3:]):
+        for value in frame.f_locals.values():
+            if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
+                return value.name
+    return ""
+
+
 def _os_line(e: OSError) -> str:
     """``file: what happened (ERRNO): what to do``."""
     import errno as errno_names
     name = errno_names.errorcode.get(e.errno or 0, "")
     what = e.strerror or _one_line(e, 120)
-    files = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+    files = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None) or _open_file_of(e)
     advice = _OS_ADVICE.get(name, "check the file and the system, then run the command again")
     return f"{files + ': ' if files else ''}{what}{f' ({name})' if name else ''}: {advice}"
 
