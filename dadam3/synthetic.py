@@ -135,7 +135,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
                 write_provenance(cfg, out_dir)
             return _play(s, out_dir, stop)
         except BaseException as e:
-            if not isinstance(e, (SyntheticDiverged, Interrupted)):     # their status.json is written
+            if not isinstance(e, (SyntheticDiverged, Interrupted, ConfigError)):   # written, or a refusal
                 _failed_status(out_dir, e)
             raise
         finally:
