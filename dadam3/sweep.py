@@ -181,8 +181,8 @@ def _launcher_or_exit(launcher: DictConfig) -> None:
     missing = [tool for tool in ("srun", "sbatch") if "Slurm" in target and shutil.which(tool) is None]
     if missing:
         print(f"error: hydra/launcher ({target.rsplit('.', 1)[-1]}) needs SLURM, but {' and '.join(missing)} "
-              f"{'is' if len(missing) == 1 else 'are'} not on PATH (not a SLURM cluster's login node): run there, or use hydra/launcher=submitit_local "
-              "or the default launcher", file=sys.stderr, flush=True)
+              f"{'is' if len(missing) == 1 else 'are'} not on PATH (not a SLURM cluster's login node): run there, or "
+              "use hydra/launcher=submitit_local or the default launcher", file=sys.stderr, flush=True)
         sys.exit(2)
 
 
