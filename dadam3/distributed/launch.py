@@ -11,15 +11,21 @@ failed write or a lost peer: 1), each has said so in one line and this launcher 
 the first failing rank's status, printing nothing more. A rank killed by a signal (SIGKILL,
 a crash) is one line here. A SIGINT/SIGTERM to the launcher is forwarded to the ranks by the
 agent (they checkpoint and stop; it waits up to ``--shutdown-timeout`` seconds, default 30)
-and the launcher exits with 128 + signal.
+and the launcher exits with 128 + signal. A ``--master-port`` in use is one line (exit 2); any
+other environmental failure goes through the entry points' boundary
+(:func:`dadam3.errors.exit_on_failure`).
 """
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 
+from dadam3.errors import exit_on_failure
 
+
+@exit_on_failure
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -42,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         return 128 - failure.exitcode
     except SignalException as e:
         return 128 + int(e.sigval)
+    except RuntimeError as e:              # the agent's store: DistNetworkError (a RuntimeError)
+        if "EADDRINUSE" not in str(e) and "address already in use" not in str(e).lower():
+            raise
+        port = re.search(r"port: (\d+)", str(e))
+        print(f"error: --master-port={port.group(1) if port else '?'}: the launcher cannot listen on it: it is in "
+              "use by another program; choose a free port (--master-port=P) or use --standalone", file=sys.stderr)
+        return 2
     return 0
 
 
