@@ -304,3 +304,25 @@ def test_unusable_paths_are_one_line_before_anything(tmp_path):
     assert r.returncode == 2
     one_line(r.stderr, f"error: metrics.cache_dir={afile}: exists and is not a directory")
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypatch):
+    """The pid could not be written into .lock (ENOSPC): one OSError naming it, and neither the
+    empty .lock nor the directory the commit created is left behind."""
+    import errno
+    import dadam3.run_dir as run_dir_module
+    from dadam3.errors import failure_of
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device", f.name)
+    monkeypatch.setattr(run_dir_module, "_write_pid", full)
+    run = tmp_path / "run"
+    rd = check_run_dir(run, None, {})
+    with pytest.raises(OSError) as e:
+        rd.commit()
+    assert failure_of(e.value)[1].startswith(f"error: {run / LOCK_FILE}: No space left on device (ENOSPC)")
+    assert not run.exists()
+    run.mkdir()                                  # an existing directory stays, without the lock the commit made
+    with pytest.raises(OSError):
+        check_run_dir(run, None, {}).commit()
+    assert run.is_dir() and not list(run.iterdir())

@@ -81,3 +81,12 @@ def test_a_sweep_runs_every_job_and_sums_up(tmp_path):
     assert last.startswith("error: sweep: 1 of 2 jobs did not finish (#0 "), r.stderr
     assert "loop.gp_lambda=1e+308" in last, r.stderr
     assert ": diverged); see " in last and "sweep_status.jsonl" in last
+
+
+@pytest.mark.skipif(__import__("shutil").which("srun") is not None, reason="a SLURM machine")
+def test_the_slurm_launcher_without_slurm_is_one_line_before_any_job(tmp_path):
+    r = cli("-m", *SMALL, "hydra/launcher=slurm_gpus", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("error: hydra/launcher (SlurmLauncher) needs SLURM, but srun and sbatch are not on "
+                               "PATH") and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert not (tmp_path / "sweep").exists()
