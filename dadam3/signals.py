@@ -61,14 +61,67 @@ def exit_on_signals(said: str) -> None:
     """Every stop signal (:data:`STOP_SIGNALS`, :data:`AT_ONCE_SIGNALS`) prints
     ``stopped: <SIGNAL> <said>`` and ends the process with 128 + signal; SIGXFSZ is ignored (a
     write past ``ulimit -f`` fails with ``EFBIG``, said in one line). The handlers of a command
-    with nothing to checkpoint (the report, the plots, the launcher's start)."""
+    with nothing to checkpoint (the report, the plots; an entry point's start-up, and a sweep's
+    main process between its jobs). Child processes (a ``submitit_local`` sweep's jobs) are told
+    to stop first and waited for (:func:`_forward_to_children`): none is left training orphaned."""
     def stop(signum, frame) -> None:
-        os.write(2, f"stopped: {signal.Signals(signum).name} {said}\n".encode())
+        for sig in (*STOP_SIGNALS, *AT_ONCE_SIGNALS):        # a second signal while we wait: at once
+            signal.signal(sig, lambda n, f: os._exit(128 + n))
+        name = signal.Signals(signum).name
+        forwarded = _forward_to_children()
+        if forwarded:
+            os.write(2, f"stopped: {name}: forwarded as SIGTERM to {forwarded} job process(es) of this sweep, which "
+                        "checkpoint and stop; run the sweep again to resume them\n".encode())
+        else:
+            os.write(2, f"stopped: {name} {said}\n".encode())
         os._exit(128 + signum)
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     for sig in (*STOP_SIGNALS, *AT_ONCE_SIGNALS):
         signal.signal(sig, stop)
+
+
+FORWARD_WAIT_S = 60.0       # how long a stopped sweep waits for the job processes it told to stop
+
+
+def _children() -> list[int]:
+    """This process's child processes (a launcher's job processes: submitit's local jobs)."""
+    try:
+        tasks = os.listdir(f"/proc/{os.getpid()}/task")
+    except OSError:
+        return []
+    pids = []
+    for t in tasks:
+        try:
+            with open(f"/proc/{os.getpid()}/task/{t}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _forward_to_children() -> int:
+    """Send SIGTERM (the stop every layer forwards: submitit's job controller to its tasks, which
+    checkpoint and stop) to each child process, and wait up to :data:`FORWARD_WAIT_S` for them to
+    end, so that none is left training orphaned. Returns how many were told."""
+    children = _children()
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + FORWARD_WAIT_S
+    waiting = set(children)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                waiting.discard(pid)
+        time.sleep(0.05)
+    return len(children)
 
 
 class StopSignals:

@@ -221,3 +221,19 @@ def test_an_oserror_mid_run_ends_the_log_and_says_one_line(tmp_path):
     assert code == 1 and line.startswith(f"error: {tmp_path / 'data' / 'x.bin'}: Input/output error (EIO)")
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["status"] == "interrupted" and last["reason"].startswith(line)
+
+
+def test_a_stop_between_jobs_is_forwarded_to_the_sweeps_job_processes(tmp_path):
+    """SIGINT to a ``hydra/launcher=submitit_local`` sweep left its jobs training, orphaned: the
+    main process's handler now tells its child processes to stop (SIGTERM, which submitit's
+    controller forwards to the job, which checkpoints) and waits for them."""
+    import subprocess
+    import sys
+    mark = tmp_path / "stopped"
+    child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                              f"signal.signal(signal.SIGTERM, lambda *a: (open({str(mark)!r}, 'w').write('x'), "
+                              "sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline() == "ready\n"
+    assert signals._forward_to_children() >= 1
+    assert mark.read_text() == "x" and child.poll() is not None
