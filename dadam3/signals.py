@@ -160,6 +160,7 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             self._previous = {sig: signal.signal(sig, self._handle) for sig in (*STOP_SIGNALS, *AT_ONCE_SIGNALS)}
             StopSignals.active = self
+            StoppedAtOnce.raised = None          # a run in this process starts without an earlier one's stop
         return self
 
     def __exit__(self, *exc) -> None:

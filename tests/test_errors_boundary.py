@@ -237,3 +237,13 @@ def test_a_stop_between_jobs_is_forwarded_to_the_sweeps_job_processes(tmp_path):
     assert child.stdout.readline() == "ready\n"
     assert signals._forward_to_children() >= 1
     assert mark.read_text() == "x" and child.poll() is not None
+
+
+def test_the_traceback_behind_the_one_line_goes_to_the_job_log_only(tmp_path, capsys):
+    from dadam3.job_log import JobLog
+    with pytest.raises(OSError), JobLog() as job_log:
+        job_log.attach(tmp_path / "train.log")
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x"))
+    text = (tmp_path / "train.log").read_text()
+    assert f"the run ended: error: {tmp_path / 'x'}: No space left on device (ENOSPC)" in text
+    assert "Traceback (most recent call last)" in text and "Traceback" not in capsys.readouterr().err
