@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from dadam3.errors import ConfigError, exit_on_failure
+from dadam3.boundary import exit_on_failure
+from dadam3.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 

@@ -19,7 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.checkpoint import resolve_resume_path
-from dadam3.errors import ConfigError, failure_of
+from dadam3.boundary import failure_of
+from dadam3.errors import ConfigError
 from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
@@ -84,7 +85,7 @@ class JobLog:
         root.removeHandler(self.buffer)
         self.buffer.buffer.clear()
         if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
-            # the traceback behind the entry point's one line (dadam3.errors.failure_of): in the file only
+            # the traceback behind the entry point's one line (dadam3.boundary.failure_of): in the file only
             said = failure_of(exc)
             self.file.handle(logging.getLogger(__name__).makeRecord(
                 __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),

@@ -26,7 +26,8 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dadam3.errors import ConfigError, DataFileError, check_writable_file, exit_on_failure
+from dadam3.boundary import exit_on_failure
+from dadam3.errors import ConfigError, DataFileError, check_writable_file
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

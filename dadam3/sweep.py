@@ -26,7 +26,8 @@ from omegaconf import DictConfig, open_dict, read_write
 
 from dadam3.checkpoint import checkpoint_path
 from dadam3.distributed import exit_on_peer_failure
-from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, failure_of, stop_report
+from dadam3.boundary import failure_of
+from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
 from dadam3.log_rewind import parse_record
 from dadam3.run_dir import note_existing
 from dadam3.signals import Interrupted

@@ -38,7 +38,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.errors import ConfigError, exit_on_failure, failure_of, named_as, writing
+from dadam3.boundary import exit_on_failure, failure_of
+from dadam3.errors import ConfigError, named_as, writing
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
                                         run_synthetic)
@@ -143,7 +144,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
 
 
 def _failed_status(out_dir: Path, e: BaseException) -> None:
-    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.errors.failure_of`),
+    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.boundary.failure_of`),
     where it can still be written (its disk may be full too)."""
     said = failure_of(e)
     status = {"status": "interrupted", "reason": said[1] if said else f"internal error: {type(e).__name__}: {e}"}
@@ -176,7 +177,7 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
 @exit_on_failure
 def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
     """``python -m dadam3.synthetic``: one run; a refusal, a stop or an environmental failure is
-    one line and its exit status (the boundary: :func:`dadam3.errors.exit_on_failure`)."""
+    one line and its exit status (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
     synthetic_run(cfg, out_dir, stop)
 
 

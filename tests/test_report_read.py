@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from dadam3.errors import DataFileError, failure_of
+from dadam3.boundary import failure_of
+from dadam3.errors import DataFileError
 from dadam3.report import read
 
 from trainer_runs import ROOT

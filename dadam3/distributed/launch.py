@@ -13,7 +13,7 @@ a crash) is one line here. A SIGINT/SIGTERM to the launcher is forwarded to the 
 agent (they checkpoint and stop; it waits up to ``--shutdown-timeout`` seconds, default 30)
 and the launcher exits with 128 + signal. A ``--master-port`` in use is one line (exit 2); any
 other environmental failure goes through the entry points' boundary
-(:func:`dadam3.errors.exit_on_failure`).
+(:func:`dadam3.boundary.exit_on_failure`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import re
 import signal
 import sys
 
-from dadam3.errors import exit_on_failure
+from dadam3.boundary import exit_on_failure
 
 
 @exit_on_failure

@@ -1,5 +1,5 @@
-"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.errors.failure_of`,
-:func:`dadam3.errors.exit_on_failure`): every environmental failure -- an OSError of any errno,
+"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.boundary.failure_of`,
+:func:`dadam3.boundary.exit_on_failure`): every environmental failure -- an OSError of any errno,
 memory, an undecodable data file, a missing optional package, a stop signal, a second signal
 that a library turned into its own error -- is one line naming the file, key or package, the
 right exit status, and a terminal record where a run directory exists; a bug keeps its
@@ -13,8 +13,8 @@ import time
 import pytest
 
 from dadam3 import signals
-from dadam3.errors import (ConfigError, DataFileError, StoppedAtOnce, WriteFailed, exit_on_failure, failure_of,
-                           needs_package, writing)
+from dadam3.boundary import exit_on_failure, failure_of
+from dadam3.errors import ConfigError, DataFileError, StoppedAtOnce, WriteFailed, needs_package, writing
 from dadam3.run_logging import read_jsonl
 from dadam3.schema import train_settings
 from dadam3.train import build_trainer
