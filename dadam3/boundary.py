@@ -17,8 +17,12 @@ to the run's job log (:class:`dadam3.job_log.JobLog`), or to stderr too with
 from __future__ import annotations
 
 import functools
+import gzip
+import json
 import os
 import sys
+import zipfile
+import zlib
 from typing import Any, Callable, TypeVar
 
 from dadam3.errors import ConfigError, RunStopped, StoppedAtOnce, _one_line, stop_report
@@ -69,8 +73,9 @@ _OS_ADVICE = {
     "ECONNREFUSED": "the connection was refused: is the service running?",
     "ENETUNREACH": "the network is unreachable: check the network or work offline",
 }
-_DECODE_ERRORS = ("UnicodeDecodeError", "JSONDecodeError", "BadGzipFile", "UnidentifiedImageError",
-                  "DecompressionBombError", "BadZipFile", "error")        # ``zlib.error``
+_DECODE_ERRORS = (UnicodeDecodeError, json.JSONDecodeError, gzip.BadGzipFile, zipfile.BadZipFile, zlib.error,
+                  EOFError)
+_DECODE_ERROR_NAMES = ("UnidentifiedImageError", "DecompressionBombError")     # PIL's, not imported here
 _OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "cannot allocate memory", "std::bad_alloc")
 
 
@@ -94,18 +99,18 @@ def failure_of(e: BaseException) -> tuple[int, str, bool] | None:
                        "that size the run (nodes, batch size, model width, evaluation samples) or free memory; "
                        "the start-up estimate could not see this one"), True
     for cause in _causes(e):
+        if isinstance(cause, _DECODE_ERRORS) or type(cause).__name__ in _DECODE_ERROR_NAMES:
+            return 1, (f"error: a file could not be decoded ({type(cause).__name__}: {_one_line(cause, 120)}): "
+                       "a damaged or truncated file; replace it"), True
+    for cause in _causes(e):
         if isinstance(cause, OSError):
             return 1, f"error: {_os_line(cause)}", True
     for cause in _causes(e):
         if isinstance(cause, ImportError):
-            name = cause.name or "a package"
+            name = cause.name or "?"
             return 2, (f"error: the Python package {name} is missing or broken ({_one_line(cause, 120)}): "
                        f"install it (`pip install {name.split('.')[0]}`) or choose a config that does not "
                        "need it"), True
-    for cause in _causes(e):
-        if type(cause).__name__ in _DECODE_ERRORS or isinstance(cause, EOFError):
-            return 1, (f"error: a file could not be decoded ({type(cause).__name__}: {_one_line(cause, 120)}): "
-                       "a damaged or truncated file; replace it"), True
     return None
 
 
