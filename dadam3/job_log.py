@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.checkpoint import resolve_resume_path
 from dadam3.boundary import failure_of
-from dadam3.errors import ConfigError
+from dadam3.errors import ConfigError, RunStopped
 from dadam3.schema import merged_overrides
 
 JOB_LOG = "train.log"
@@ -89,7 +89,7 @@ class JobLog:
             said = failure_of(exc)
             self.file.handle(logging.getLogger(__name__).makeRecord(
                 __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
-                (exc_type, exc, tb)))
+                None if isinstance(exc, RunStopped) else (exc_type, exc, tb)))     # a stop it chose: no traceback
         if self.file is not None:
             root.removeHandler(self.file)
             self.file.close()

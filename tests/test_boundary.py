@@ -247,3 +247,21 @@ def test_the_traceback_behind_the_one_line_goes_to_the_job_log_only(tmp_path, ca
     text = (tmp_path / "train.log").read_text()
     assert f"the run ended: error: {tmp_path / 'x'}: No space left on device (ENOSPC)" in text
     assert "Traceback (most recent call last)" in text and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_checkpoint_write_cut_by_a_second_signal_is_the_stop_not_a_disk_failure(tmp_path, monkeypatch):
+    """The trainer's own path: torch's writer made an OSError(EIO) of the StoppedAtOnce, so the
+    checkpoint 'failed' ("free space and start again", exit 1); now the stop (143) and its record."""
+    run = tmp_path / "run"
+    t = build_trainer(train_settings(config([*TOY, "loop.iterations=6", "loop.checkpoint_every=2"])), run)
+
+    def cut(ckpt):
+        StoppedAtOnce.raised = StoppedAtOnce(signal.SIGTERM, "second SIGTERM: stopped at once, without finishing the "
+                                                             "iteration")
+        return "checkpoint write failed: [Errno 5] unexpected pos"
+    monkeypatch.setattr(t.checkpointer, "save", cut)
+    with pytest.raises(StoppedAtOnce) as e:
+        t.fit()
+    assert said(e.value)[0] == 143
+    last = read_jsonl(run / "metrics.jsonl")[-1]
+    assert last["status"] == "interrupted" and "second SIGTERM" in last["reason"] and "free space" not in last["reason"]
