@@ -170,14 +170,15 @@ def check_fits(s, world_size: int, device: torch.device) -> None:
         opts = {**options, **{k: type(sizes[k])(v[f"model.{k}"]) for k in sizes}}
         key = tuple(sorted(opts.items(), key=str))
         if key not in nets:
-            nets[key] = net_costs(s.model.arch, 1, opts, image_shape)
+            params, acts_of_two = net_costs(s.model.arch, 2, opts, image_shape)   # 2: a batch norm needs > 1
+            nets[key] = params, acts_of_two / 2
         params, acts = nets[key]
         local, n, modes_ = math.ceil(v["nodes"] / max(1, world_size)), v.get("metrics.samples", 0), v.get(
             "dataset.modes", 0)
         evaluation = (((v["nodes"] + 1) * n * 2 * 4 + n * max(1, modes_) * PAIR_BYTES) if not s.dataset.is_images
                       else n * FEATURE_BYTES)
         return {"matrix": 8 * v["nodes"] ** 2, "data": modes_ * MODE_BYTES, "evaluation": evaluation,
-                "model": local * params * size * STATE_COPIES, "batch": local * acts * v["loop.batch_size"] * size}
+                "model": local * params * size * STATE_COPIES, "batch": int(local * acts * v["loop.batch_size"] * size)}
 
     try:
         costs = parts(values)
