@@ -114,7 +114,8 @@ class DecodedImages(Dataset):
         try:
             return self.base[int(index)][0]
         except (OSError, ValueError, SyntaxError) as e:       # PIL: OSError/UnidentifiedImageError, SyntaxError
-            files = getattr(self.base, "samples", None) or getattr(self.base, "files", None)
+            files = next((getattr(self.base, a) for a in ("samples", "_samples", "files")      # ImageFolder,
+                          if getattr(self.base, a, None) is not None), None)                  # Imagenette, ours
             path = files[int(index)] if files is not None else f"{self.name} image {int(index)}"
             path = path[0] if isinstance(path, tuple) else path
             if isinstance(e, OSError) and e.errno is not None:
