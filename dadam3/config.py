@@ -11,7 +11,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from dadam3.errors import ConfigError, exit_on_config_error
+from dadam3.boundary import exit_on_failure
+from dadam3.errors import ConfigError
 
 # the configs ship with the package (package data; the repository's top-level configs/ links here)
 CONFIG_DIR = Path(str(resources.files("dadam3") / "configs")).resolve()
@@ -41,9 +42,9 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
 def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
     """Entry-point wrapper: pre-check group choices, then every other override with ``check``
     (:func:`dadam3.schema.check_overrides`), then hand over to Hydra."""
-    exit_on_config_error(check_group_choices)(sys.argv[1:], groups)
-    exit_on_config_error(check)(sys.argv[1:])
-    exit_on_config_error(hydra_main)()          # a second stop signal in a sweep ends here, in one line
+    exit_on_failure(check_group_choices)(sys.argv[1:], groups)
+    exit_on_failure(check)(sys.argv[1:])
+    exit_on_failure(hydra_main)()          # a second stop signal in a sweep, a launcher's failure: one line
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

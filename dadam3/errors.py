@@ -10,19 +10,17 @@ A library function names its own argument (``beta1=1.5``); an entry point calls 
 
 Every check of a config value lives here (:func:`check_range`, :func:`check_int`,
 :func:`check_choice`, :func:`check_bool`). Runs that stop for a reason the user must
-act on raise a :class:`RunStopped` subclass with its own exit status. Both entry points
-go through :func:`exit_on_config_error`, the one place where these become
-``error: <message>`` on stderr and an exit status, so users never see a traceback
-for a typo or a divergence.
+act on raise a :class:`RunStopped` subclass with its own exit status.
+
+The entry points' boundary, which turns every exception an entry point ends with into one
+line and an exit status, is :mod:`dadam3.boundary`.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import numbers
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
@@ -211,39 +209,37 @@ def stop_report(e: BaseException) -> tuple[int, str, bool]:
     raise TypeError(f"not a run-stopping error: {type(e).__name__}")
 
 
-def exit_on_config_error(fn: F) -> F:
-    """Decorator for entry points: a :class:`ConfigError` becomes one line on stderr and
-    exit status 2, a :class:`RunStopped` one line and its ``exit_code``."""
+class DataFileError(RunStopped):
+    """A data file (an image of the data set, a run's record read by the report or the plots)
+    cannot be decoded: one line naming the file (and line), why, and what to do."""
 
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except (ConfigError, RunStopped) as e:
-            code, line, echo = stop_report(e)
-            if echo:
-                print(line, file=sys.stderr)
-            _exit(code)
-        except StoppedAtOnce as e:
-            if e.echo:
-                print(e.line(), file=sys.stderr)
-            _exit(e.exit_code)
+    prefix = "error: unreadable file"
 
-    return wrapper  # type: ignore[return-value]
+    def __init__(self, path: Any, reason: str, line: int | None = None,
+                 advice: str = "the file is damaged or not what its name says: replace or remove it"):
+        self.path, self.reason, self.line_number = Path(path), reason, line
+        where = f"{path}" if line is None else f"{path}, line {line}"
+        super().__init__(f"{where}: {reason}; {advice}")
 
 
-def _exit(code: int) -> None:
-    """``sys.exit(code)``; in a rank whose process group is still up (a stop every rank agreed
-    on, its records written), ``os._exit`` after flushing: the interpreter's own exit would tear
-    down gloo's threads mid-flight (`terminate called without an active exception`, SIGABRT)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        import logging
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+def needs_package(package: str, key: str, value: Any, instead: str) -> None:
+    """Refuse (one line naming ``key=value``) unless ``package`` imports; ``instead``: the
+    choice that does not need it. Checked at start, before anything is written."""
+    import importlib
+    try:
+        importlib.import_module(package)
+    except ImportError as e:
+        state = "is not installed" if isinstance(e, ModuleNotFoundError) else "fails to import"
+        raise ConfigError(key, value, f"needs the Python package {package}, which {state} ({_one_line(e)}): "
+                                      f"`pip install {package}`, or {instead}") from None
+    except Exception as e:          # a broken install raises anything while importing
+        raise ConfigError(key, value, f"needs the Python package {package}, which fails to import "
+                                      f"({type(e).__name__}: {_one_line(e)}): reinstall it, or {instead}") from None
+
+
+def _one_line(e: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class WriteFailed(RunStopped):
@@ -293,6 +289,8 @@ def writing(path: Any, whole_file: bool = False) -> Iterator[None]:
         if whole_file:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if StoppedAtOnce.raised is not None and e is not StoppedAtOnce.raised:
+            raise StoppedAtOnce.raised from None     # a second signal that a library made another error of
         if not isinstance(e, Exception):
             raise
         raise WriteFailed(path, write_failure_reason(e, path)) from None
@@ -302,6 +300,8 @@ class StoppedAtOnce(BaseException):
     """A second stop signal, or one an iteration has not reached the end of in time: the run
     stops where it is, without a checkpoint of the iteration under way (a BaseException, like
     KeyboardInterrupt, so no ``except Exception`` keeps it)."""
+
+    raised: "StoppedAtOnce | None" = None     # the one a stop-signal handler raised in this process
 
     def __init__(self, signum: int, message: str):
         super().__init__(message)

@@ -15,6 +15,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from dadam3.boundary import failure_of
+from dadam3.errors import ConfigError, RunStopped
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
@@ -75,10 +77,16 @@ class JobLog:
         self.buffer.buffer.clear()
         root.addHandler(self.file)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         root = logging.getLogger()
         root.removeHandler(self.buffer)
         self.buffer.buffer.clear()
+        if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
+            # the traceback behind the entry point's one line (dadam3.boundary.failure_of): in the file only
+            said = failure_of(exc)
+            self.file.handle(logging.getLogger(__name__).makeRecord(
+                __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
+                None if isinstance(exc, RunStopped) else (exc_type, exc, tb)))     # a stop it chose: no traceback
         if self.file is not None:
             root.removeHandler(self.file)
             self.file.close()

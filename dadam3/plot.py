@@ -26,7 +26,8 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dadam3.errors import ConfigError, check_writable_file
+from dadam3.boundary import exit_on_failure
+from dadam3.errors import ConfigError, DataFileError, check_writable_file
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -38,15 +39,16 @@ class PlotInputError(ValueError):
 
 def read_metrics_csv(path: Path) -> dict[str, list[float]]:
     """The columns of a synthetic run's ``metrics.csv`` (header and at least one row of numbers)."""
+    from dadam3.report import read
+
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        if not rows:
+        out = read.csv_columns(path)            # the report's readers' checks (line and column named)
+        if not out or not any(out.values()):
             raise PlotInputError(f"{path}: no rows (empty, or only a header)")
-        out = {k: [float(r[k]) for r in rows] for k in rows[0]}
-    except (OSError, UnicodeDecodeError, csv.Error, TypeError, ValueError) as e:
-        if isinstance(e, PlotInputError):
-            raise
+    except DataFileError as e:
+        at = "" if e.line_number is None else f"line {e.line_number}: "
+        raise PlotInputError(f"{path}: not a metrics.csv of python -m dadam3.synthetic ({at}{e.reason})") from None
+    except (OSError, csv.Error) as e:
         raise PlotInputError(f"{path}: not a metrics.csv of python -m dadam3.synthetic ({type(e).__name__}: "
                              f"{' '.join(str(e).split())[:100]})") from None
     missing = [k for k in ("iteration", "error", "avg_grad_sq_norm") if k not in out]
@@ -227,6 +229,7 @@ FIGURES = {
 }
 
 
+@exit_on_failure
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m dadam3.plot")
     p.add_argument("figure", choices=list(FIGURES))
@@ -262,4 +265,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+    from dadam3.signals import exit_on_signals
+    exit_on_signals("while the figure was drawn: nothing more was written")
     main()

@@ -36,7 +36,7 @@ from dadam3.log_rewind import LoggingGrid, record_at_resume_point_kept
 from dadam3.metrics.evaluation import Evaluation, evaluation_hook
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
-from dadam3.run_checks import check_launch, check_paths, check_shards
+from dadam3.run_checks import check_launch, check_outputs, check_paths, check_shards
 from dadam3.run_dir import RunDir, claim_run_dir
 from dadam3.run_logging import NullLogger, build_logger
 from dadam3.schema import TrainConfig
@@ -69,6 +69,8 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     check_paths(s)
     where = start_processes(s)
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
+    key = "resume" if rd.checkpoint is not None and not rd.new_id else "hydra.run.dir"
+    on_every_rank(where.placement, lambda: check_outputs(key, rd.path, rd.replace) if where.placement.is_main else None)
     state, dataset, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets, make_generator))
     logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
     draws = GeneratorDraws(state.G.in_shape[0], s.seed, where.device, where.dtype)

@@ -4,8 +4,9 @@ nodes. Each refusal is one line naming the config key; nothing is created."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from dadam3.errors import ConfigError, check_usable_dir
+from dadam3.errors import ConfigError, check_usable_dir, needs_package
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.schema import TrainConfig
 
@@ -20,10 +21,42 @@ def check_launch(s: TrainConfig) -> None:
 
 
 def check_paths(s: TrainConfig) -> None:
-    """Directories the run will write into later, checked now (nothing is created)."""
+    """Directories the run will write into later, and the optional packages and names its
+    services need, checked now (nothing is created)."""
     m = s.metrics
     if m.every and (m.fid or m.kid) and s.dataset.is_images:
         check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
+    if s.logger.kind == "wandb":
+        needs_package("wandb", "logger", "wandb", "choose logger=jsonl")
+        bad = sorted(set(WANDB_PROJECT_FORBIDDEN) & set(s.logger.project))
+        if bad or not s.logger.project.strip() or len(s.logger.project) > 128:
+            raise ConfigError("logger.project", s.logger.project, "must be a W&B project name: 1 to 128 characters, "
+                                                                  f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}")
+
+
+WANDB_PROJECT_FORBIDDEN = ("/", "\\", "#", "?", "%", ":")
+# what the run writes into its directory: (name, a directory?, when)
+RUN_OUTPUTS = (("metrics.jsonl", False), ("checkpoints", True), ("samples", True), ("config_resolved.yaml", False),
+               ("provenance.json", False), ("train.log", False), (".hydra", True), ("run_id", False))
+
+
+def check_outputs(key: str, run_dir: Path, keep: tuple[str, ...] = ()) -> None:
+    """Every path the run writes into ``run_dir`` that exists already (a resumed run's, or a
+    user's file where a directory belongs) is of its kind and writable, checked before the
+    run starts instead of at its first write. ``keep``: the names overwrite=true deletes."""
+    for name, is_dir in RUN_OUTPUTS:
+        path = run_dir / name
+        if name in keep or not os.path.lexists(path):
+            continue
+        if is_dir and not path.is_dir():
+            raise ConfigError(key, str(run_dir), f"{path} is a file where the run writes a directory; move it away "
+                                                 "or choose another directory")
+        if not is_dir and path.is_dir():
+            raise ConfigError(key, str(run_dir), f"{path} is a directory where the run writes a file; move it away "
+                                                 "or choose another directory")
+        if not os.access(path, os.W_OK | (os.X_OK if is_dir else 0)):
+            raise ConfigError(key, str(run_dir), f"{path} is not writable by this user; fix its permissions or "
+                                                 "choose another directory")
 
 
 def check_shards(dataset, s: TrainConfig) -> None:

@@ -74,7 +74,14 @@ class RunDir:
     def commit(self) -> "RunDir":
         """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
         stray temporaries of a killed checkpoint write, write the run id. Only after every check
-        passed."""
+        passed. A write that fails here (a full disk) leaves nothing of its own behind (:meth:`undo`)."""
+        try:
+            return self._commit()
+        except BaseException:
+            self.undo()
+            raise
+
+    def _commit(self) -> "RunDir":
         self.created = not self.path.exists() or _created_by_this_process(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         if not (self.path / LOCK_FILE).exists():
@@ -121,7 +128,10 @@ class RunDir:
 
     def release(self) -> None:
         if self._lock is not None:
-            self._lock.close()          # closing the file drops the flock
+            try:
+                self._lock.close()      # closing the file drops the flock
+            except OSError:             # its pid could not be flushed (a full disk): closed all the same
+                pass
             self._lock = None
 
 

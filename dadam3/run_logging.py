@@ -217,7 +217,10 @@ class WandbLogger:
                                   name=name, id=run_id, resume="allow" if run_id else None,
                                   tags=list(tags) if tags else None)
         except (wandb.errors.UsageError, wandb.errors.AuthenticationError, wandb.errors.CommError) as e:
-            raise ConfigError("logger.mode", mode, f"wandb cannot start ({' '.join(str(e).split())[:120]}); "
+            said = " ".join(str(e).split())[:120]
+            if "project" in said.lower() and not isinstance(e, wandb.errors.AuthenticationError):
+                raise ConfigError("logger.project", project, f"wandb refuses it ({said})") from None
+            raise ConfigError("logger.mode", mode, f"wandb cannot start ({said}); "
                                                    "run `wandb login`, or set logger.mode=offline "
                                                    "(or WANDB_MODE=offline)") from None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import uuid
 from datetime import datetime, timezone
@@ -32,6 +33,7 @@ from dadam3.checkpoint import checkpoint_path, load
 from dadam3.checkpoint.resume import identity_diff
 from dadam3.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
+from dadam3.boundary import failure_of
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
 from dadam3.log_rewind import parse_record, read_records
 from dadam3.run_dir import note_existing
@@ -76,9 +78,12 @@ def sweep_job(run: Callable[[DictConfig, Path], Any], cfg: DictConfig, run_dir: 
         if isinstance(e, Interrupted):
             sys.exit(code)
         return
-    except Exception as e:          # a bug: recorded, its traceback logged, the sweep goes on
-        log.exception("job #%s failed", job["job"])
-        job.update(status="failed", exit=1, message=f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
+    except Exception as e:          # recorded, the sweep goes on
+        said = failure_of(e)        # an environmental failure: the boundary's one line; a bug: its traceback
+        if said is None:
+            log.exception("job #%s failed", job["job"])
+        code, line, _ = said or (1, f"error: {type(e).__name__}: {' '.join(str(e).split())[:200]}", True)
+        job.update(status="failed", exit=code, message=line)
         print(f"{job['message']} [job #{job['job']}: {job['overrides'] or 'no overrides'}]", file=sys.stderr)
     _record_job(hc.sweep.dir, job)
 
@@ -196,6 +201,7 @@ class SweepStatus(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         _usable_or_exit("hydra.sweep.dir", config.hydra.sweep.dir)
+        _launcher_or_exit(config.hydra.launcher)
         note_existing(config.hydra.sweep.dir)
         self._invocation = f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:8]}"
         os.environ[INVOCATION_ENV] = self._invocation
@@ -212,6 +218,18 @@ class SweepStatus(Callback):
         print(f"error: sweep: {len(failed)} of {len(jobs)} jobs did not finish ({which}); see {status}",
               file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def _launcher_or_exit(launcher: DictConfig) -> None:
+    """A launcher that cannot start on this machine, refused in one line before any job: SLURM's
+    without ``srun``/``sbatch`` on PATH (not a SLURM cluster's login node)."""
+    target = str(launcher.get("_target_", ""))
+    missing = [tool for tool in ("srun", "sbatch") if "Slurm" in target and shutil.which(tool) is None]
+    if missing:
+        print(f"error: hydra/launcher ({target.rsplit('.', 1)[-1]}) needs SLURM, but {' and '.join(missing)} "
+              f"{'is' if len(missing) == 1 else 'are'} not on PATH (not a SLURM cluster's login node): run there, or "
+              "use hydra/launcher=submitit_local or the default launcher", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def _usable_or_exit(key: str, path: str) -> None:

@@ -23,6 +23,7 @@ if __name__ == "__main__":          # first: a stop signal while torch, numba an
     from dadam3.signals import during_start_up
     during_start_up()
 
+import contextlib
 import csv
 import json
 import logging
@@ -37,9 +38,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.errors import ConfigError, exit_on_config_error, named_as
+from dadam3.boundary import exit_on_failure, failure_of
+from dadam3.errors import ConfigError, named_as, writing
 from dadam3.games.synthetic import SyntheticGame
-from dadam3.games.synthetic_run import SyntheticDiverged, SyntheticInterrupted, SyntheticResult, run_synthetic
+from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
+                                        run_synthetic)
+from dadam3.gan.memory import check_bytes
 from dadam3.job_log import JobLog, write_provenance
 from dadam3.optim import mixer_for
 from dadam3.run_dir import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
@@ -82,17 +86,31 @@ def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
 
 
 def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
-    """metrics.csv, then status.json, each written whole (a temporary file renamed into place)."""
-    tmp = out_dir / f".{METRICS}.tmp"
-    with open(tmp, "w", newline="") as f:
+    """metrics.csv, then status.json, each written whole (a temporary file renamed into place); a
+    write that fails (full disk, ``ulimit -f``) is :class:`~dadam3.errors.WriteFailed` naming the
+    file, its temporary file removed."""
+    def table(f) -> None:
         w = csv.writer(f)
         w.writerow(["iteration", "error", "avg_grad_sq_norm"])
         for it, err, r in result.rows():
             w.writerow([it, repr(err), repr(r)])
-    os.replace(tmp, out_dir / METRICS)
-    tmp = out_dir / f".{STATUS}.tmp"
-    tmp.write_text(json.dumps(status) + "\n")
-    os.replace(tmp, out_dir / STATUS)
+
+    _write_whole(out_dir / METRICS, table)
+    _write_whole(out_dir / STATUS, lambda f: f.write(json.dumps(status) + "\n"))
+
+
+def _write_whole(path: Path, write) -> None:
+    """``write(file)`` into ``.<name>.tmp`` beside ``path``, renamed into place; a failure is
+    :class:`~dadam3.errors.WriteFailed` naming ``path``, the temporary file removed."""
+    tmp = path.parent / f".{path.name}.tmp"
+    with writing(path):
+        try:
+            with open(tmp, "w", newline="") as f:
+                write(f)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:
@@ -102,6 +120,8 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
     with JobLog() as job_log:
         s = synthetic_settings(cfg)
         t = s.topology
+        need, what = estimate_bytes(s.nodes, s.iterations)
+        check_bytes("nodes", s.nodes, what, need)          # before the graph is built
         with named_as({**t.keys("topology."), "name": "optimizer"}):   # the graph too, before any write
             mixer_for(s.optimizer.name, s.nodes, t.name, t.rounds, **t.options)
         rd = check_synthetic_dir(out_dir, s.overwrite)
@@ -112,10 +132,24 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
         rd.commit()
         try:
             job_log.attach(out_dir / JOB_LOG)
-            write_provenance(cfg, out_dir)
+            with writing(out_dir / ".hydra"):
+                write_provenance(cfg, out_dir)
             return _play(s, out_dir, stop)
+        except BaseException as e:
+            if not isinstance(e, (SyntheticDiverged, Interrupted, ConfigError)):   # written, or a refusal
+                _failed_status(out_dir, e)
+            raise
         finally:
             rd.release()
+
+
+def _failed_status(out_dir: Path, e: BaseException) -> None:
+    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.boundary.failure_of`),
+    where it can still be written (its disk may be full too)."""
+    said = failure_of(e)
+    status = {"status": "interrupted", "reason": said[1] if said else f"internal error: {type(e).__name__}: {e}"}
+    with contextlib.suppress(Exception):
+        _write_whole(out_dir / STATUS, lambda f: f.write(json.dumps(status) + "\n"))
 
 
 def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:
@@ -140,9 +174,10 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
     return result
 
 
-@exit_on_config_error
+@exit_on_failure
 def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
-    """``python -m dadam3.synthetic``: one run; a refusal or stop is one line and its exit status."""
+    """``python -m dadam3.synthetic``: one run; a refusal, a stop or an environmental failure is
+    one line and its exit status (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
     synthetic_run(cfg, out_dir, stop)
 
 

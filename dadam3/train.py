@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from dadam3.config import CONFIG_DIR, run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
-from dadam3.errors import exit_on_config_error
+from dadam3.boundary import exit_on_failure
 from dadam3.gan.trainer import WGANTrainer
 from dadam3.job_log import JobLog
 from dadam3.run_build import build_trainer
@@ -66,9 +66,10 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
 
 
 @exit_on_peer_failure
-@exit_on_config_error
+@exit_on_failure
 def run(cfg: DictConfig, run_dir: Path) -> None:
-    """``python -m dadam3.train``: one run; a refusal or stop is one line and its exit status."""
+    """``python -m dadam3.train``: one run; a refusal, a stop or an environmental failure is one
+    line and its exit status (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
     train_run(cfg, run_dir)
 
 

@@ -117,3 +117,20 @@ def test_a_failure_without_a_signal_is_not_hidden(launcher, monkeypatch):
     monkeypatch.setattr(torchrun, "run", lambda args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         launcher.main(["x"])
+
+
+def test_the_launchers_port_in_use_is_one_line(tmp_path):
+    """``--master-port`` held by another program: torchrun's store traceback before; one line, exit 2."""
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "dadam3.distributed.launch", "--nnodes=1", "--nproc-per-node=1",
+                            "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "dadam3.train", *TOY,
+                            "placement=distributed", f"hydra.run.dir={tmp_path / 'run'}"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr == (f"error: --master-port={port}: the launcher cannot listen on it: it is in use by another "
+                        "program; choose a free port (--master-port=P) or use --standalone\n")
+    assert not (tmp_path / "run").exists()

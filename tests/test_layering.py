@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # A name matches a module and, with a trailing ".", every module under it; the first
 # matching layer counts.
 LAYERS = (
-    ("foundation", ("dadam3", "dadam3.errors", "dadam3.config", "dadam3.cuda_flags", "dadam3.numba_cache")),
+    ("foundation", ("dadam3", "dadam3.errors", "dadam3.boundary", "dadam3.config", "dadam3.cuda_flags",
+                    "dadam3.numba_cache")),
     ("run machinery", ("dadam3.topology", "dadam3.topology_checks", "dadam3.ordered_mix", "dadam3.ordered_mix_triton",
                        "dadam3.mixing",
                        "dadam3.distributed", "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.",

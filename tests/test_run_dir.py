@@ -410,3 +410,25 @@ def test_a_resume_adds_what_it_writes_to_the_runs_manifest(tmp_path):
     rd.new_id, rd.writes = False, ("metrics.jsonl", "wandb")     # as check_run_dir makes it for a resume
     rd.commit().release()
     assert (tmp_path / "manifest.txt").read_text().splitlines()[1:] == [*WRITES, "wandb"]
+
+
+def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypatch):
+    """The pid could not be written into .lock (ENOSPC): one OSError naming it, and neither the
+    empty .lock nor the directory the commit created is left behind."""
+    import errno
+    import dadam3.run_dir as run_dir_module
+    from dadam3.boundary import failure_of
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device", f.name)
+    monkeypatch.setattr(run_dir_module, "_write_pid", full)
+    run = tmp_path / "run"
+    rd = check_run_dir(run, None, {})
+    with pytest.raises(OSError) as e:
+        rd.commit()
+    assert failure_of(e.value)[1].startswith(f"error: {run / LOCK_FILE}: No space left on device (ENOSPC)")
+    assert not run.exists()
+    run.mkdir()                                  # an existing directory stays, without the lock the commit made
+    with pytest.raises(OSError):
+        check_run_dir(run, None, {}).commit()
+    assert run.is_dir() and not list(run.iterdir())

@@ -137,3 +137,12 @@ def test_a_rerun_sweep_with_other_values_into_the_same_directories_trains_nothin
     jobs = statuses(sweep)
     assert [j["status"] for j in jobs] == ["finished", "finished", "refused", "refused", "refused"]
     assert (sweep / "0" / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.skipif(__import__("shutil").which("srun") is not None, reason="a SLURM machine")
+def test_the_slurm_launcher_without_slurm_is_one_line_before_any_job(tmp_path):
+    r = cli("-m", *SMALL, "hydra/launcher=slurm_gpus", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.startswith("error: hydra/launcher (SlurmLauncher) needs SLURM, but srun and sbatch are not on "
+                               "PATH") and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert not (tmp_path / "sweep").exists()

@@ -259,3 +259,20 @@ def test_a_users_folder_is_never_a_training_runs_and_nothing_in_it_is_deleted(tm
     rd = check_synthetic_dir(tmp_path, overwrite=True)
     assert set(rd.replace) == {"metrics.csv", "run_id"}
     rd.release()
+
+
+def test_a_file_size_limit_is_one_line_naming_the_file_and_a_status(tmp_path):
+    """``ulimit -f`` in the synthetic runner: a traceback before; now the boundary's one line
+    naming the file, exit 1, and status.json ``interrupted`` with that line where it fits."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+    run = tmp_path / "s"
+    r = subprocess.run([sys.executable, "-m", "dadam3.synthetic", "iterations=1000", f"hydra.run.dir={run}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=limit)
+    assert r.returncode == 1, r.stderr[-2000:]
+    one_line(r.stderr, f"error: write failed: {run / '.hydra'}: File too large (EFBIG)")
+    status = json.loads((run / "status.json").read_text())
+    assert status["status"] == "interrupted" and "File too large" in status["reason"]
+    assert not list(run.glob(".*.tmp"))

@@ -27,6 +27,8 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, has_file
 from torchvision.datasets.vision import VisionDataset
 from torchvision.transforms import functional as TF
 
+from dadam3.errors import DataFileError
+
 
 @runtime_checkable
 class ImageDataset(Protocol):
@@ -107,7 +109,20 @@ class DecodedImages(Dataset):
         return len(self.base)  # type: ignore[arg-type]
 
     def __getitem__(self, index: int) -> Tensor:
-        return self.base[int(index)][0]
+        """Image ``index``, decoded; a file that cannot be (truncated, damaged) is
+        :class:`~dadam3.errors.DataFileError` naming it: the run stops with one line and a record."""
+        try:
+            return self.base[int(index)][0]
+        except (OSError, ValueError, SyntaxError) as e:       # PIL: OSError/UnidentifiedImageError, SyntaxError
+            files = next((getattr(self.base, a) for a in ("samples", "_samples", "files")      # ImageFolder,
+                          if getattr(self.base, a, None) is not None), None)                  # Imagenette, ours
+            path = files[int(index)] if files is not None else f"{self.name} image {int(index)}"
+            path = path[0] if isinstance(path, tuple) else path
+            if isinstance(e, OSError) and e.errno is not None:
+                raise                     # the disk, or a file gone: the entry point's boundary says it
+            raise DataFileError(path, f"cannot be decoded ({type(e).__name__}: {' '.join(str(e).split())[:100]})",
+                                advice=f"the image is truncated or damaged: replace it (or delete the data set's "
+                                       f"folder and download {self.name} again)") from None
 
     def get_batch(self, indices: Tensor) -> Tensor:
         items = indices.reshape(-1).tolist()

@@ -20,13 +20,18 @@ sent (its own handler until the agent installs torch's, then torch's handler wra
 agent's shutdown forwards the signal that arrived (SIGINT stays SIGINT), a further signal while
 the ranks checkpoint is noted but lets them finish, and whatever the agent raised after a
 signal ends as that signal's exit status (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
+A ``--master-port`` in use is one line (exit 2); any other environmental failure goes through
+the entry points' boundary (:func:`dadam3.boundary.exit_on_failure`).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import signal
 import sys
+
+from dadam3.boundary import exit_on_failure
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torch's agent handles these
 
@@ -65,6 +70,7 @@ def _forwarding(shutdown):
     return close
 
 
+@exit_on_failure
 def main(argv: list[str] | None = None) -> int:
     for sig in STOP_SIGNALS:
         signal.signal(sig, _note_early)
@@ -105,6 +111,13 @@ def _launch(argv: list[str] | None) -> int:
         return 128 - failure.exitcode
     except SignalException as e:
         return 128 + int(_received[0] if _received else e.sigval)
+    except RuntimeError as e:              # the agent's store: DistNetworkError (a RuntimeError)
+        if "EADDRINUSE" not in str(e) and "address already in use" not in str(e).lower():
+            raise
+        port = re.search(r"port: (\d+)", str(e))
+        print(f"error: --master-port={port.group(1) if port else '?'}: the launcher cannot listen on it: it is in "
+              "use by another program; choose a free port (--master-port=P) or use --standalone", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -69,6 +69,16 @@ class SyntheticInterrupted(RunStopped):
         self.iteration, self.result, self.exit_code = iteration, result, exit_code
 
 
+def estimate_bytes(nodes: int, iterations: int) -> tuple[int, str]:
+    """A lower estimate of what :func:`run_synthetic` allocates, and its largest part: the
+    topology's dense ``M x M`` matrices (the graph and W, 8 bytes an entry each) and one chunk
+    of samples (:data:`CHUNK` iterations x M nodes: a float64 draw and its boolean)."""
+    matrices, draws = 2 * 8 * nodes * nodes, min(CHUNK, iterations) * nodes * 9
+    what = (f"the topology's {nodes}x{nodes} matrices" if matrices >= draws
+            else f"{min(CHUNK, iterations):,} iterations x {nodes} nodes of samples drawn at once")
+    return matrices + draws, what
+
+
 def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, float], nodes: int, iterations: int,
                   seed: int = 0, topology: str | Mapping[str, Any] = "ring", engine: str = "numba",
                   log_its: np.ndarray | None = None, stop: Callable[[], bool] | None = None) -> SyntheticResult:

@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 from dadam3.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
-from dadam3.errors import RunStopped, WriteFailed
+from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
 from dadam3.signals import Interrupted
 
 
@@ -32,12 +32,16 @@ class RunStops:
         (any_failed,) = self.placement.agree_max([int(failed is not None)])
         if not any_failed:
             return
+        if StoppedAtOnce.raised is not None:      # a second signal, not the disk: said as the stop
+            raise StoppedAtOnce.raised
         path, reason = (failed.path, failed.reason) if failed is not None else (self.run_dir, "on rank 0")
         self._terminal_record("interrupted", f"write failed: {path}: {reason}")
         raise self._agreed(WriteFailed(path, f"{reason} at iteration {self.state.iteration}; last checkpoint: "
                                              f"{self._last_checkpoint()}; free space and {self._continue_with()}"))
 
     def _checkpoint_failed(self, path: Path, reason: str) -> None:
+        if StoppedAtOnce.raised is not None:      # a second signal during the write, not the disk
+            raise StoppedAtOnce.raised
         k = self.state.iteration
         kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
         self._terminal_record("interrupted", reason)
@@ -67,6 +71,7 @@ class RunStops:
                 act()
 
     def _agreed(self, stop: RunStopped) -> RunStopped:
-        """A stop every rank agreed on is printed by rank 0 only."""
+        """A stop every rank agreed on is printed by rank 0 only (its record is written)."""
         stop.echo = self.placement.is_main
+        stop.recorded = True
         return stop

@@ -36,7 +36,8 @@ from dadam3.checkpoint.checkpointer import Checkpointer
 from dadam3.distributed.failures import DistributedTimeout
 from dadam3.distributed.placement import Placement
 from dadam3.divergence import loss_beyond
-from dadam3.errors import StoppedAtOnce, WriteFailed
+from dadam3.boundary import failure_of
+from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
@@ -211,6 +212,12 @@ class WGANTrainer(RunStops):
         except DistributedTimeout as e:          # a peer died or hung: the survivors end the log
             e.iteration = self.state.iteration + 1
             self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        except BaseException as e:               # what the entry point's boundary says (dadam3.boundary.failure_of)
+            if not (isinstance(e, RunStopped) and getattr(e, "recorded", False)):   # the trainer's own: recorded
+                said = failure_of(e)
+                what = said[1] if said is not None else f"internal error: {type(e).__name__}: {e}"
+                self._terminal_record("interrupted", f"{what}; last checkpoint: {self._last_checkpoint()}")
             raise
         finally:
             bar.close()

@@ -1,15 +1,22 @@
-"""``python -m dadam3.report [--results DIR]``: rebuild ``DIR/REPORT.md`` (default ``results``)."""
+"""``python -m dadam3.report [--results DIR]``: rebuild ``DIR/REPORT.md`` (default ``results``).
+
+A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
+environmental failure and signal too (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from dadam3.boundary import exit_on_failure
 from dadam3.errors import ConfigError
-from dadam3.report.build import write
+from dadam3.signals import exit_on_signals
 
 
+@exit_on_failure
 def main(argv=None) -> None:
+    from dadam3.report.build import write
+
     p = argparse.ArgumentParser(prog="python -m dadam3.report", description=__doc__)
     p.add_argument("--results", type=Path, default=Path("results"), help="the results folder (default: results)")
     a = p.parse_args(argv)
@@ -28,4 +35,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+    exit_on_signals("while the report was built: REPORT.md may be incomplete; run the command again")
     main()

@@ -2,19 +2,14 @@
 provenance. Nothing here is copied by hand; a setting a run did not record is ``UNKNOWN``."""
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from dadam3.log_rewind import parse_record
-
 from dadam3.divergence import Breach, run_breach
+from dadam3.report import read
 
 UNKNOWN = "unknown"
 DIRTY = "+dirty"                 # dadam3.job_log: a commit with uncommitted changes
@@ -24,12 +19,13 @@ CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The run's records; a line that is not one (torn, or JSON that is no record) is left out."""
-    return [r for r in map(parse_record, path.read_text().splitlines()) if r is not None]
+    """The run's records, checked (:func:`dadam3.report.read.records`)."""
+    return read.records(path)
 
 
 def _yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text()) or {} if path.is_file() else {}
+    value = read.yaml_file(path, {})
+    return value if isinstance(value, dict) else {}
 
 
 def lookup(cfg: dict, *keys: str) -> Any:
@@ -135,9 +131,9 @@ def commit_text(segment: dict) -> str:
 def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
     """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``."""
     prov_path = directory / "provenance.json"
-    provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else []
+    provenance = read.json_file(prov_path, list, [])
     config = _yaml(directory / "config_resolved.yaml") or _yaml(directory / ".hydra" / "config.yaml")
-    overrides = _yaml(directory / ".hydra" / "overrides.yaml") or []
+    overrides = read.yaml_file(directory / ".hydra" / "overrides.yaml", [])
     return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance,
                read_jsonl(directory / "metrics.jsonl"), list(overrides) if isinstance(overrides, list) else [])
 
@@ -149,10 +145,8 @@ def sample_grid(root: Path, run: Run) -> str | None:
 
 
 def read_metrics_csv(path: Path) -> dict[str, list[float]]:
-    """A synthetic run's ``metrics.csv`` as columns of floats."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {k: [float(r[k]) for r in rows] for k in (rows[0] if rows else {})}
+    """A synthetic run's ``metrics.csv`` as columns of floats (checked: :mod:`dadam3.report.read`)."""
+    return read.csv_columns(path)
 
 
 def seed_dirs(parent: Path) -> list[tuple[int, Path]]:

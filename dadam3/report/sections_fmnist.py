@@ -3,11 +3,10 @@ method at its own step sizes (chosen on seeds 0–2, judged on fresh seeds), the
 runs, bf16 autocast and the scale of the scores."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from dadam3.report import claims, evidence, figures
+from dadam3.report import claims, evidence, figures, read
 from dadam3.report.common import score_table, what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, Run, load_run, method_runs, sample_grid
@@ -255,7 +254,7 @@ def reference_values(root: Path) -> list[str]:
     path = root / "fmnist" / "reference_values.json"
     if not path.is_file():
         return []
-    ref = json.loads(path.read_text())
+    ref = read.json_file(path, dict)
     setup, values = ref.get("setup", {}), ref.get("values", {})
     lines = ["## The scale of the Fashion-MNIST scores", "",
              f"IS, FID and KID here use the Fashion-MNIST classifier (`{setup.get('feature_extractor', 'unknown')}`, "

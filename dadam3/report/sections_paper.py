@@ -2,12 +2,9 @@
 sets, GPU scale) and the 8-Gaussians check."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
-from dadam3.report import claims, figures
+from dadam3.report import claims, figures, read
 from dadam3.report.common import what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, UNKNOWN, Run, load_run, read_metrics_csv
@@ -19,9 +16,9 @@ PROVENANCE = "provenance.json"
 def _synthetic_run(root: Path, d: Path) -> Run:
     """A ``python -m dadam3.synthetic`` run directory (metrics.csv, Hydra's config)."""
     cfg_path, prov = d / ".hydra" / "config.yaml", d / "provenance.json"
-    cfg = (yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else None) or {}
-    return Run(d.relative_to(root).as_posix(), d.name, cfg.get("seed", UNKNOWN), cfg,
-               json.loads(prov.read_text()) if prov.is_file() else [])
+    cfg = read.yaml_file(cfg_path, {})
+    cfg = cfg if isinstance(cfg, dict) else {}
+    return Run(d.relative_to(root).as_posix(), d.name, cfg.get("seed", UNKNOWN), cfg, read.json_file(prov, list, []))
 
 
 def fig1(root: Path, out: Output) -> list[str]:
