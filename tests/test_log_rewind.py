@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from dadam3.errors import DataFileError
 from dadam3.log_rewind import as_record, parse_record, read_records, rewind
 from dadam3.report.runs import read_jsonl
 from dadam3.run_logging import JsonlLogger
@@ -45,10 +46,13 @@ def test_rewind_drops_lines_that_are_no_record_with_one_warning(tmp_path, caplog
     assert sum("unreadable" in r.message for r in caplog.records) == 1
 
 
-def test_sweep_and_report_readers_skip_lines_that_are_no_record(tmp_path):
+def test_the_sweep_skips_lines_that_are_no_record_and_the_report_names_them(tmp_path):
+    """The sweep's reader skips them; the report's (dadam3.report.read) stops with one line naming
+    the file and the line: a table built from a damaged log would be wrong."""
     path = tmp_path / "metrics.jsonl"
     _log(path, NOT_RECORDS)
-    assert [r["iteration"] for r in read_jsonl(path)] == [1, 2, 3, 3]
+    with pytest.raises(DataFileError, match=r"metrics.jsonl, line \d+: not a record"):
+        read_jsonl(path)
     for line in NOT_RECORDS:
         path.write_text('{"iteration": 1, "status": "running"}\n' + line + "\n")
         assert read_records(path) == [{"iteration": 1, "status": "running"}]     # the sweep's reader

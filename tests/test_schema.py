@@ -75,10 +75,10 @@ def test_a_key_the_schema_refuses_is_one_line(overrides, line):
 
 
 @pytest.mark.parametrize("overrides, line", [
-    (["metrics.per_node=true", "metrics.every=0"], "metrics.per_node=True: only used with metrics.every > 0"),
-    (["metrics.every=0", "metrics.fid=false"], "metrics.fid=False: only used with metrics.every > 0"),
+    (["metrics.per_node=true", "metrics.every=0"], "metrics.per_node=true: only used with metrics.every > 0"),
+    (["metrics.every=0", "metrics.fid=false"], "metrics.fid=false: only used with metrics.every > 0"),
     (["distributed.timeout_s=1800"], "distributed.timeout_s=1800: only used with placement=distributed"),
-    (["device=cpu", "cuda.graphs=false"], "cuda.graphs=False: only used with a CUDA device"),
+    (["device=cpu", "cuda.graphs=false"], "cuda.graphs=false: only used with a CUDA device"),
     (["dataset.alpha=0.5"], "dataset.alpha=0.5: only used with dataset.partition=dirichlet"),
 ])
 def test_a_key_given_where_it_means_nothing_is_refused_even_at_its_default(overrides, line):

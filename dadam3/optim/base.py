@@ -179,9 +179,7 @@ class NodeOptimizer(torch.optim.Optimizer):
         return flat.scalars
 
     def _write_scalars(self, k: int) -> None:
-        """Step k's scalars of every group into ``flat.scalars``: what a captured CUDA graph of the
-        step reads, written by the caller before each replay (``scalars_written_by_caller``,
-        :class:`dadam3.gan.cuda_graph.IterationGraph`)."""
+        """Step k's scalars into every ``flat.scalars``: a captured step's caller writes them (IterationGraph)."""
         for flat in self.flat:
             flat.scalars = self.scalars_tensor(flat, k)
 
@@ -337,8 +335,7 @@ def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k
 
 
 def _batches(optimizers: Sequence[NodeOptimizer]) -> list[list[NodeOptimizer]]:
-    """All ``optimizers`` in one batch if they share mixer, class and k (one mixer call per
-    round for all), else each alone."""
+    """All ``optimizers`` in one batch if they share mixer, class and k, else each alone."""
     first = optimizers[0]
     if any(o.mixer is not first.mixer or type(o) is not type(first) or o.k != first.k for o in optimizers):
         return [[opt] for opt in optimizers]

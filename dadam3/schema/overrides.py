@@ -75,7 +75,7 @@ def _check_only_with(cfg: DictConfig, given: list[Override]) -> None:
     for o in given:
         said = only_with(cfg, o.key_or_group)
         if said is not None:
-            raise ConfigError(o.key_or_group, o.get_value_element_as_str(), f"only used with {said}")
+            raise ConfigError(o.key_or_group, o.input_line.partition("=")[2], f"only used with {said}")
 
 
 def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequence[str] = ()) -> list[str]:
