@@ -98,7 +98,7 @@ def optimizer_census(M: int, width: float, device) -> tuple[int, float]:
     step, _, _, parts = make_batched(M, width, 2, device, torch.float32, "ring")
     step()                            # the steady state: .grad is the flat buffer's view from here on
     parts["grads"]()
-    patched = ordered_mix.RoundTerms._triton_pass
+    patched = ordered_mix.RoundTerms.__dict__["_triton_pass"]      # the staticmethod itself
     if device.type == "cpu":
         module = ordered_mix._triton_kernel()
         ordered_mix.RoundTerms._triton_pass = staticmethod(lambda x, out: module)
