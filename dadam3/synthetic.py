@@ -44,7 +44,7 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
                                         run_synthetic)
 from dadam3.gan.memory import check_bytes
-from dadam3.job_log import JobLog, write_provenance
+from dadam3.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance, write_provenance
 from dadam3.optim import mixer_for
 from dadam3.run_dir import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
 from dadam3.run_manifest import RUN_FILES, run_files
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 METRICS, STATUS, JOB_LOG = "metrics.csv", "status.json", "synthetic.log"
 RESULTS = (METRICS, STATUS)           # a directory holding one of these holds a synthetic run's results
-SHARED_FILES = (RUN_ID_FILE, ".hydra")  # every run directory's, the synthetic runner's too
+SHARED_FILES = (RUN_ID_FILE, ".hydra", PROVENANCE, CODE_DIFF)  # every run directory's, the synthetic runner's too
 WRITES = (*RESULTS, JOB_LOG, *SHARED_FILES)   # what a synthetic run writes (its manifest lists them)
 
 
@@ -134,6 +134,8 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
             job_log.attach(out_dir / JOB_LOG)
             with writing(out_dir / ".hydra"):
                 write_provenance(cfg, out_dir)
+            with writing(out_dir / PROVENANCE):
+                record_provenance(out_dir, "cpu", 0)      # the code's commit (+ code.diff when dirty)
             return _play(s, out_dir, stop)
         except BaseException as e:
             if not isinstance(e, (SyntheticDiverged, Interrupted, ConfigError)):   # written, or a refusal

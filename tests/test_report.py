@@ -289,3 +289,23 @@ def test_a_manifest_naming_files_outside_the_results_folder_deletes_none(tree, t
     manifest.write_text(manifest.read_text() + f"../precious\n{tmp_path / 'precious'}\n")
     write(tree)
     assert (tmp_path / "precious").read_text() == "keep"
+
+
+def test_fig1_is_a_verdict_only_with_each_runs_provenance_and_prints_its_commit(tmp_path):
+    """Fig. 1's runs without provenance.json are legacy: the rule's answer is shown, labelled; with it,
+    the verdict and the commit (a dirty one as dirty)."""
+    from dadam3.report.sections_paper import fig1_verdict
+    for name, error in (("dadam3", 0.002), ("dp_oadam", 0.99)):
+        d = tmp_path / "fig1" / name
+        (d / ".hydra").mkdir(parents=True)
+        (d / ".hydra" / "config.yaml").write_text(f"optimizer:\n  name: {name}\nseed: 0\n")
+        (d / "metrics.csv").write_text(f"iteration,error,avg_grad_sq_norm\n1,1.0,1.0\n100,{error},1.0\n")
+    verdict, effect, evidence = fig1_verdict(tmp_path)
+    assert verdict == "not resolved (legacy runs, provenance unknown; by the rule it holds)"
+    assert evidence.endswith("code legacy (no provenance.json)")
+    dirty = [{**PROVENANCE[0], "code_commit": PROVENANCE[0]["code_commit"] + "+dirty"}]
+    for name, prov in (("dadam3", PROVENANCE), ("dp_oadam", dirty)):
+        (tmp_path / "fig1" / name / "provenance.json").write_text(json.dumps(prov))
+    verdict, effect, evidence = fig1_verdict(tmp_path)
+    assert (verdict, effect) == ("holds", "Dadam3 ends at e_k = 0.002, DP-OAdam at 0.99")
+    assert evidence.endswith("100 iterations; code abcdef012345; abcdef012345+dirty (diff not saved)")

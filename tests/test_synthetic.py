@@ -62,6 +62,9 @@ def test_run_writes_metrics_csv(tmp_path):
     assert its[0] == 1 and its[-1] == 3000 and len(its) >= 25
     assert float(rows[-1][1]) < float(rows[1][1])
     assert (tmp_path / ".hydra" / "config.yaml").is_file()
+    [entry] = json.loads((tmp_path / "provenance.json").read_text())     # the report's evidence needs it
+    assert entry["from_iteration"] == 0 and entry["code_commit"] and entry["device"] == "cpu"
+    assert "provenance.json" in (tmp_path / "manifest.txt").read_text().split()
 
 
 def test_multirun_sweep(tmp_path):
@@ -114,6 +117,7 @@ def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
     assert rows[-1][0] == "300" and json.loads((tmp_path / "status.json").read_text())["iteration"] == 300
     assert (tmp_path / "synthetic.log").read_text().count("iterations on 5 nodes") == 1   # the old log replaced
     assert "overwrite=true" in (tmp_path / ".hydra" / "overrides.yaml").read_text()
+    assert len(json.loads((tmp_path / "provenance.json").read_text())) == 1     # the new run's, not appended
 
 
 def test_a_refused_run_leaves_no_directory_of_its_own(tmp_path):

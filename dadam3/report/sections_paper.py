@@ -10,8 +10,6 @@ from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, UNKNOWN, Run, load_run, read_metrics_csv
 from dadam3.report.stats import cells_of
 
-PROVENANCE = "provenance.json"
-
 
 def _synthetic_run(root: Path, d: Path) -> Run:
     """A ``python -m dadam3.synthetic`` run directory (metrics.csv, Hydra's config)."""
@@ -44,18 +42,21 @@ def fig1(root: Path, out: Output) -> list[str]:
 
 
 def fig1_verdict(root: Path) -> tuple[str, str, str] | None:
-    """(verdict, effect, evidence) of Fig. 1's claim by :data:`claims.FIG1_RULE`; None without both runs."""
-    d3, dp = (root / "fig1" / m / "metrics.csv" for m in ("dadam3", "dp_oadam"))
-    if not (d3.is_file() and dp.is_file()):
+    """(verdict, effect, evidence) of Fig. 1's claim by :data:`claims.FIG1_RULE`; None without both runs.
+    A run without config or ``provenance.json`` is legacy: the rule's answer is shown, not given as a verdict."""
+    d3, dp = (root / "fig1" / m for m in ("dadam3", "dp_oadam"))
+    if not ((d3 / "metrics.csv").is_file() and (dp / "metrics.csv").is_file()):
         return None
-    c3, cp = read_metrics_csv(d3), read_metrics_csv(dp)
+    c3, cp = read_metrics_csv(d3 / "metrics.csv"), read_metrics_csv(dp / "metrics.csv")
     e3, ep = c3["error"][-1], cp["error"][-1]
     rule = "holds" if e3 < 0.1 and e3 < 0.1 * ep else "does not hold"
-    legacy = [d.parent.name for d in (d3, dp) if not (d.parent / PROVENANCE).is_file()]
+    runs = [_synthetic_run(root, d) for d in (d3, dp)]
+    legacy = any(r.legacy for r in runs)
     said = f"not resolved (legacy runs, provenance unknown; by the rule it {rule})" if legacy else rule
+    commits = sorted({r.provenance_field("code_commit") for r in runs})
+    code = "legacy (no provenance.json)" if legacy else "; ".join(commits)
     return (said, f"Dadam3 ends at e_k = {e3:.3g}, DP-OAdam at {ep:.3g}",
-            f"the synthetic game, one deterministic run per method, {int(c3['iteration'][-1])} iterations; code "
-            + ("legacy (no provenance.json)" if legacy else "recorded"))
+            f"the synthetic game, one deterministic run per method, {int(c3['iteration'][-1])} iterations; code {code}")
 
 
 def image_figures(root: Path, out: Output) -> list[str]:
