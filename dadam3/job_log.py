@@ -22,6 +22,8 @@ JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
 CODE_DIFF = "code.diff"              # a dirty checkout's changes, beside provenance.json
 DIRTY = "+dirty"
+# the code is the checkout less its results: a run that rewrites a committed run there (make fig1) is not dirty code
+NOT_RESULTS = ("--", ":(top,exclude)results")
 UNKNOWN = "unknown"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
@@ -118,16 +120,16 @@ def _code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
     try:
         commit = _git("rev-parse", "HEAD").strip()
-        return commit + (DIRTY if _git("status", "--porcelain", "--untracked-files=no").strip() else "")
+        return commit + (DIRTY if _git("status", "--porcelain", "--untracked-files=no", *NOT_RESULTS).strip() else "")
     except (OSError, subprocess.SubprocessError):
         return UNKNOWN
 
 
 def _save_code_diff(path: Path) -> bool:
-    """The uncommitted changes of the checkout (``git diff HEAD``: what ``+dirty`` stands for) into
-    ``path``; False when git cannot say."""
+    """The uncommitted changes of the checkout's code (``git diff HEAD``, ``results/`` left out: what
+    ``+dirty`` stands for) into ``path``; False when git cannot say."""
     try:
-        diff = _git("diff", "HEAD", "--binary")
+        diff = _git("diff", "HEAD", "--binary", *NOT_RESULTS)
     except (OSError, subprocess.SubprocessError):
         return False
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -61,3 +61,22 @@ def test_a_run_from_a_dirty_checkout_saves_its_diff_and_says_so(tmp_path):
     for entry in (first, resumed):
         diff = (run / entry["code_diff"]).read_text()
         assert "+# an uncommitted change" in diff and "dadam3/__init__.py" in diff
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_a_rewritten_committed_run_under_results_is_not_dirty_code(tmp_path):
+    """make fig1 rewrites results/fig1/ (committed) before the run records its provenance: the code is clean."""
+    clone = _clone_with_the_package(tmp_path)
+    _git("-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "the package under test",
+         "--allow-empty")
+    _git("-C", str(clone), "sparse-checkout", "add", "results/fig1")
+    (clone / "results" / "fig1" / "dadam3" / "metrics.csv").unlink()
+    code = "from dadam3.job_log import _code_commit; print(_code_commit())"
+    said = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert said == _git("-C", str(clone), "rev-parse", "HEAD")
+    with open(clone / "dadam3" / "__init__.py", "a") as f:       # a change to the code still is
+        f.write("# an uncommitted change\n")
+    said = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert said.endswith("+dirty")
