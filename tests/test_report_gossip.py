@@ -98,3 +98,5 @@ def test_the_report_with_the_section_rebuilds_byte_for_byte(tree):
     write(tree)
     assert first == {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
     assert "## Beyond the paper: gossip rounds and topology" in (tree / "REPORT.md").read_text()
+    assert "| `gossip/dadam3/M16/*/t*` (8 runs) | 8 finished | abcdef012345 |" in (tree / "REPORT.md").read_text()
+    assert "| `gossip/dp_oadam/M16/*/t*` (1 run) | 1 finished | abcdef012345 |" in (tree / "REPORT.md").read_text()

@@ -55,6 +55,15 @@ def all_runs(root: Path) -> list:
     return runs
 
 
+def synthetic_runs(root: Path) -> list[str]:
+    """The synthetic game's runs: Fig. 1's one by one, the gossip study's by optimizer and M."""
+    rows = paper.fig1_rows(root) + gossip.runs_rows(root)
+    if not rows:
+        return []
+    return [f"The synthetic game's runs ({len(rows)} rows):", "", "| run directory | status | code commit |",
+            "| --- | --- | --- |", *rows, ""]
+
+
 def build(root: Path) -> tuple[str, Output]:
     """The report's text; its figures are written on the way (``Output.written``), once
     :meth:`Output.check` has found runs and no ``REPORT.md`` of another's."""
@@ -74,7 +83,7 @@ def build(root: Path) -> tuple[str, Output]:
                            "Paper: " + paper.claims.FIG3 + PAPER_SCALE, paper.claims.CLAIMS_FIG3)
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += gossip.section(root, out)
-    body += ["## Every run", ""] + runs_table(all_runs(root))
+    body += ["## Every run", ""] + runs_table(all_runs(root)) + synthetic_runs(root)
     titles = [line[3:] for line in body if line.startswith("## ")]
     toc = ["Contents: " + " · ".join(f"[{t}](#{anchor(t)})" for t in titles), ""]
     header = HEADER.format(bound=DIVERGE_ABOVE, count=FROZEN_RECORDS, rule=RULE, selection=seed_text(SELECTION),

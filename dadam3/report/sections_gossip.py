@@ -313,3 +313,19 @@ def section(root: Path, out: Output) -> list[str]:
     figure_bytes(dadam3, rounds, path)
     lines += [f"![bytes per node to the target against t]({link})", ""]
     return lines + verdict(dadam3, dp, rounds, target) + [WHY, ""]
+
+
+def runs_rows(root: Path) -> list[str]:
+    """The study's runs for the report's "Every run" table, one row per optimizer and M (276 runs one by one
+    would bury the rest): how many, their status and their code commits."""
+    cells, _ = load(root)
+    groups: dict[str, list[dict]] = {}
+    for s in cells:
+        groups.setdefault(s["rel"].rsplit("/", 2)[0], []).append(s)
+    rows = []
+    for rel, group in sorted(groups.items(), key=lambda kv: (kv[0].split("/")[1], int(kv[0].rsplit("/M", 1)[1]))):
+        statuses = [s["status"] for s in group]
+        status = ", ".join(f"{statuses.count(st)} {st}" for st in sorted(set(statuses)))
+        commits = ", ".join(sorted({_run(root, s).provenance_field("code_commit") for s in group}))
+        rows.append(f"| `{rel}/*/t*` ({len(group)} run{'s' * (len(group) != 1)}) | {status} | {commits} |")
+    return rows

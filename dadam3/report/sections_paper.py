@@ -59,6 +59,16 @@ def fig1_verdict(root: Path) -> tuple[str, str, str] | None:
             f"the synthetic game, one deterministic run per method, {int(c3['iteration'][-1])} iterations; code {code}")
 
 
+def fig1_rows(root: Path) -> list[str]:
+    """Fig. 1's runs for the report's "Every run" table: last iteration, configured iterations, code commit."""
+    rows = []
+    for d in sorted(d for d in (root / "fig1").glob("*") if (d / "metrics.csv").is_file()):
+        run, last = _synthetic_run(root, d), int(read_metrics_csv(d / "metrics.csv")["iteration"][-1])
+        code = "legacy (no provenance.json)" if run.legacy else run.provenance_field("code_commit")
+        rows.append(f"| `{run.rel}` | last logged iteration {last} of {run.setting('iterations')} | {code} |")
+    return rows
+
+
 def image_figures(root: Path, out: Output) -> list[str]:
     """Figs. 2–4: committed runs under results/<fig>/<dataset>/<method>/ if any, else the command."""
     lines = []
