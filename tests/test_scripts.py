@@ -144,15 +144,45 @@ def test_fig1_script_reproduces_the_committed_files(tmp_path):
     code or config, regenerate them with `make fig1` and commit."""
     tracked = subprocess.run(["git", "ls-files", "results/fig1"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.split()
-    assert {"results/fig1/dadam3/metrics.csv", "results/fig1/dadam3/.hydra/config.yaml"} <= set(tracked)
+    assert {"results/fig1/dadam3/metrics.csv", "results/fig1/dadam3/.hydra/config.yaml",
+            "results/fig1/dadam3/provenance.json"} <= set(tracked)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
     env = {**os.environ, "PYTHON": sys.executable, "FIG1_OUT": str(tmp_path), "PYTHONPATH": str(ROOT),
            "OMP_NUM_THREADS": "1"}
     for _ in range(2):
         r = subprocess.run(["bash", "scripts/fig1_synthetic.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=900)
         assert r.returncode == 0, r.stderr[-2000:]
-        changed = [f for f in tracked if (tmp_path / f[len("results/fig1/"):]).read_bytes() != (ROOT / f).read_bytes()]
+        changed = [f for f in tracked if not f.endswith("/provenance.json")
+                   and (tmp_path / f[len("results/fig1/"):]).read_bytes() != (ROOT / f).read_bytes()]
         assert changed == [], changed
+        for f in tracked:              # the run's own record: this checkout's commit (whatever it is)
+            if f.endswith("/provenance.json"):
+                [entry] = json.loads((tmp_path / f[len("results/fig1/"):]).read_text())
+                assert entry["code_commit"].removesuffix("+dirty") == head and entry["from_iteration"] == 0
+
+
+@pytest.mark.parametrize("part, folder, args", [
+    ("long", "lr_sweep_long5000/lr8e-4", ["loop.iterations=5000", "optimizer.lr=8e-4"]),
+    ("stable", "lr_sweep_warmup500_clip10/lr8e-4",
+     ["optimizer.lr=8e-4", "loop.lr_warmup=500", "loop.clip_grad_norm=10"]),
+])
+def test_the_longer_and_stabilised_experiment_runs_each_part_into_its_variant(tmp_path, fake_python, part, folder,
+                                                                               args):
+    """experiments/fmnist_longer_and_stabilised.sh (issue 32 point 3): each part is a variant of the
+    step-size sweep with its own folder and overrides; a call without PART is refused."""
+    env, log = fake_python
+    env = {**env, "FMNIST_OUT": str(tmp_path), "PART": part, "CELLS": "cadam3@8e-4", "SEEDS": "0"}
+    r = subprocess.run(["bash", "experiments/fmnist_longer_and_stabilised.sh"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / folder / "cadam3" / "seed0" / "metrics.jsonl").is_file()
+    [train] = [line.split() for line in log.read_text().splitlines() if line.startswith("-m dadam3.train")]
+    assert {"experiment=fmnist_fig3", "optimizer=cadam3", "seed=0", *args} <= set(train), train
+    r = subprocess.run(["bash", "experiments/fmnist_longer_and_stabilised.sh"], cwd=ROOT,
+                       env={**env, "PART": ""}, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "PART=long or PART=stable" in r.stderr
 
 
 def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
