@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from dadam3.numba_cache import njit_cached
-from dadam3.optim.engines import bind, cache_name, element_pass, jitted, round_names
+from dadam3.optim.engines import bind, cache_name, jitted, round_pass
 from dadam3.optim.skeletons import StepScalars
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,7 @@ def _chain(cls, rounds):
     :func:`game_round`, then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        one_pass = bind(element_pass, "element_pass", cache=False, inline="always", **round_names(cls, rnd))
-        then = bind(game_round, "game_round", cache=False, inline="always", ELEMENT_PASS=one_pass,
+        then = bind(game_round, "game_round", cache=False, inline="always", ELEMENT_PASS=round_pass(cls, rnd),
                     INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
     return then
 
