@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from dadam3.errors import ConfigError, Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
-from dadam3.job_log import _code_commit, record_provenance
+from dadam3.job_log import code_commit, record_provenance
 from dadam3.mixing import Mixer
 from dadam3.optim import build_optimizer, mixer_for
 from dadam3.schema import compose, synthetic_settings
@@ -231,7 +231,7 @@ def study(out: Path, jobs: int, smoke: bool) -> int:
     """Every unfinished cell of the grid into ``out``, ``jobs`` at a time; returns the number run."""
     cells, skipped = grid(smoke)
     todo = [c for c in cells if not (out / c.path / SUMMARY).is_file()]
-    commit = _code_commit()
+    commit = code_commit()
     print(f"gossip study: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, {jobs} side "
           f"by side, into {out} (code {commit})", flush=True)
     if commit.endswith("+dirty"):

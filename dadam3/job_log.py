@@ -116,7 +116,7 @@ def _git(*args: str) -> str:
                           timeout=10, check=True).stdout
 
 
-def _code_commit() -> str:
+def code_commit() -> str:
     """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
     try:
         commit = _git("rev-parse", "HEAD").strip()
@@ -158,7 +158,7 @@ def record_provenance(run_dir: Path, device: str, iteration: int, identity: str 
     (commit ``+dirty``) the diff is saved as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
     for a resume) and named in the entry (``code_diff``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
-             "code_commit": _code_commit(), "torch": torch.__version__,
+             "code_commit": code_commit(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
              "torch_threads": torch.get_num_threads()}
     if entry["code_commit"].endswith(DIRTY):    # the changes themselves, beside the record that says so

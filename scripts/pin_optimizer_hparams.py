@@ -24,16 +24,24 @@ TABLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "optimizer_hpar
 GAME_C = (10, 3)
 
 
-def resolved(key: str) -> dict:
-    """What ``key`` (``train/<experiment or None>/<optimizer>`` or ``synthetic/game.c=C/<optimizer>``)
-    resolves to: the optimizer's name and every hyper-parameter."""
+def settings_of(key: str):
+    """The validated settings that ``key`` (``train/<experiment or None>/<optimizer>`` or
+    ``synthetic/game.c=C/<optimizer>``) composes to (``tests/test_schema_optimizer.py`` reads them too)."""
     entry, preset, name = key.split("/")
     if entry == "train":
         extra = [] if preset == "None" else [f"experiment={preset}"]
-        s = train_settings(compose("train", ["device=cpu", f"optimizer={name}", *extra]))
-    else:
-        s = synthetic_settings(compose("synthetic", [f"optimizer={name}", preset]))
+        return train_settings(compose("train", ["device=cpu", f"optimizer={name}", *extra]))
+    return synthetic_settings(compose("synthetic", [f"optimizer={name}", preset]))
+
+
+def table_entry(s) -> dict:
+    """The table's entry of settings ``s``: the optimizer's name and every hyper-parameter."""
     return {"name": s.optimizer.name, **dict(s.optimizer.hparams)}
+
+
+def resolved(key: str) -> dict:
+    """What ``key`` resolves to (see :func:`settings_of`), as the table holds it."""
+    return table_entry(settings_of(key))
 
 
 def keys() -> list[str]:

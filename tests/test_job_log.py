@@ -36,7 +36,7 @@ def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
     clone = _clone_with_the_package(tmp_path)
     index = clone / ".git" / "index"
     before = index.stat().st_mtime_ns
-    said = subprocess.run([sys.executable, "-c", "from dadam3.job_log import _code_commit; print(_code_commit())"],
+    said = subprocess.run([sys.executable, "-c", "from dadam3.job_log import code_commit; print(code_commit())"],
                           env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout.strip()
     assert said.startswith(_git("-C", str(clone), "rev-parse", "HEAD"))

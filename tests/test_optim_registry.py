@@ -78,10 +78,10 @@ RUN = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def tree_with_osign(tmp_path_factory):
-    """A copy of the package, configs and tests with the optimizer added the README's way."""
+    """A copy of the package, configs, tests and scripts with the optimizer added the README's way."""
     tree = tmp_path_factory.mktemp("tree")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for part in ("dadam3", "configs", "tests"):
+    for part in ("dadam3", "configs", "tests", "scripts"):
         if (ROOT / part).is_symlink():
             (tree / part).symlink_to(Path(*(ROOT / part).readlink().parts))
         else:

@@ -33,24 +33,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---- the new skeleton's module: its phases, buffers and rounds -----------------------------
-def track(direction, g, t, a, p, own, state):
-    """D_k and the new state; Y_{k-1} + D_k - D_{k-1}, mixed into Y_k."""
-    y, d = own
-    out = direction(g * t.sign, a, *state)
-    return y + out[0] - d, (y, out[0]), out[1:]
-
-
-def descend(direction, g, t, a, p, own, state):
-    """X_{k-1} - eta Y_k, mixed into X_k."""
-    y, d = own
-    return p - t.lr * y, None, None
+TRACK, DESCEND = 0, 1
 
 
 class GradientTracking(NodeOptimizer):
     """Y_k = (Y_{k-1} + D_k - D_{k-1}) W_k^t,  X_k = (X_{k-1} - eta Y_k) W_{k+1}^t  (Y_0 = D_0 = 0)."""
 
     OWN = ("y", "d")
-    ROUNDS = (Round(track, into_own(OWN, "y"), 0), Round(descend, PARAMS, 1))
+    ROUNDS = (Round(TRACK, into_own(OWN, "y"), 0), Round(DESCEND, PARAMS, 1))
+
+    @classmethod
+    def phase(algorithm, which, g, t, a, p, own, state):
+        y, d = own
+        if which == TRACK:          # D_k and the new state; Y_{k-1} + D_k - D_{k-1}, mixed into Y_k
+            out = algorithm.direction(g * t.sign, a, *state)
+            return y + out[0] - d, (y, out[0]), out[1:]
+        return p - t.lr * y, None, None     # DESCEND: X_{k-1} - eta Y_k, mixed into X_k
 
 
 # ---- an algorithm on it (what adding an optimizer takes) -----------------------------------

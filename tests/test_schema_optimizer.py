@@ -8,6 +8,7 @@ experiment) and every ``optimizer=Y game.c=C`` of ``python -m dadam3.synthetic``
 ``scripts/pin_optimizer_hparams.py`` writes it again (byte for byte the same today) and
 ``--check`` lists what moved.
 """
+import importlib.util
 import json
 from pathlib import Path
 
@@ -16,21 +17,28 @@ from omegaconf import OmegaConf
 
 from dadam3.config import CONFIG_DIR, group_choices
 from dadam3.optim import OPTIMIZERS, optimizer_spec
-from dadam3.schema import compose, synthetic_settings, train_settings
 
 PINNED = json.loads((Path(__file__).parent / "data" / "optimizer_hparams_by_preset.json").read_text())
 
 
+def _pin_script():
+    """scripts/pin_optimizer_hparams.py, the one place that composes a table key."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "pin_optimizer_hparams.py"
+    spec = importlib.util.spec_from_file_location("pin_optimizer_hparams", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PIN = _pin_script()
+
+
 def resolved(key: str) -> dict:
-    entry, preset, name = key.split("/")
-    if entry == "train":
-        extra = [] if preset == "None" else [f"experiment={preset}"]
-        s = train_settings(compose("train", ["device=cpu", f"optimizer={name}", *extra]))
-    else:
-        s = synthetic_settings(compose("synthetic", [f"optimizer={name}", preset]))
+    """The script's ``resolved(key)``; the run's record of the optimizer says the same."""
+    s = PIN.settings_of(key)
     assert dict(s.config["optimizer"]) == {"name": s.optimizer.name, "engine": "auto",
                                            **dict(s.optimizer.hparams)}   # the record
-    return {"name": s.optimizer.name, **dict(s.optimizer.hparams)}
+    return PIN.table_entry(s)
 
 
 PINNED_NAMES = sorted({key.rpartition("/")[2] for key in PINNED})

@@ -4,7 +4,7 @@ Fig. 1 needs 10^7 iterations and the torch optimizers cost 0.3-1 ms per iteratio
 loop over iterations (the game's closed-form operator, the metrics, the gossip with the
 time-varying operators) is compiled by numba. The optimizer is not spelled again: an
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
-each the skeleton's own phase with the algorithm's ``direction`` over the node buffers
+each the skeleton's ``phase`` (calling the algorithm's ``direction``) over the node buffers
 (:func:`dadam3.optim.engines.element_pass`) followed by its mixing, with the algorithm's
 own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
 inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
@@ -32,7 +32,7 @@ import numpy as np
 from numba import njit
 
 from dadam3.numba_cache import njit_cached
-from dadam3.optim.engines import bind, cache_name, element_pass, jitted
+from dadam3.optim.engines import bind, cache_name, jitted, round_pass
 from dadam3.optim.skeletons import StepScalars
 
 log = logging.getLogger(__name__)
@@ -68,8 +68,8 @@ def _chain(cls, rounds):
     :func:`game_round`, then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = bind(game_round, "game_round", cache=False, inline="always", PHASE=jitted(rnd.phase),
-                    DIRECTION=jitted(cls.direction), INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
+        then = bind(game_round, "game_round", cache=False, inline="always", ELEMENT_PASS=round_pass(cls, rnd),
+                    INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
     return then
 
 
@@ -123,9 +123,9 @@ def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
 
 
 def game_round(k, ops, t, a, g, points, state, work):
-    """One round of step k: ``PHASE`` over the node buffers, ``points[INTO] <- W_{k+OFFSET}^t work``,
-    then ``THEN`` (bound by :func:`_chain`)."""
-    element_pass(PHASE, DIRECTION, g, t, a, points[0], points[1:], state, work)  # noqa: F821 - bound
+    """One round of step k: its phase over the node buffers (``ELEMENT_PASS``), ``points[INTO] <-
+    W_{k+OFFSET}^t work``, then ``THEN`` (bound by :func:`_chain`)."""
+    ELEMENT_PASS(g, t, a, points[0], points[1:], state, work)                         # noqa: F821 - bound
     _mix(ops, (k + OFFSET - 1) % ops[0].shape[0], work, points[INTO])              # noqa: F821 - bound
     THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
 

@@ -13,25 +13,20 @@ convention, the loop contract and how an algorithm's math is run.
   run loads its state instead). After ``step()`` the parameters hold the point where the next
   gradient must be taken (``Z_{k+1}`` for the optimistic methods, ``X_k`` for the
   single-sequence ones). A loop is just ``start(); (grads at params -> step())*``.
-* ``mixer=None`` means no communication (W = I).
-* An algorithm is written once, as pure element-wise functions in the vocabulary of
-  :mod:`dadam3.optim.elementwise`: its hyper-parameters (``HPARAMS``, name -> :class:`HParam`:
-  default and allowed interval, checked by the constructor as ``torch.optim`` does), its state
-  buffers and their initial values (``STATE``), the named tuple of the numbers a step needs
-  (``SCALARS``) and the function computing it (``scalars(h, k)``, ``h`` the hyper-parameters as
+* ``mixer=None`` means no communication (W = I). An algorithm is written once, as pure element-wise
+  functions in the vocabulary of :mod:`dadam3.optim.elementwise`: its hyper-parameters (``HPARAMS``,
+  name -> :class:`HParam`: default and allowed interval, checked by the constructor as ``torch.optim``
+  does), its state buffers and their initial values (``STATE``), the named tuple of the numbers a step
+  needs (``SCALARS``) and the function computing it (``scalars(h, k)``, ``h`` the hyper-parameters as
   a named tuple), and its ``direction(g, a, *state) -> (direction, *new_state)``. Its skeleton
-  (a module of :mod:`dadam3.optim.skeletons`) does the rest: its element-wise phases and its
-  gossip rounds.
+  (a module of :mod:`dadam3.optim.skeletons`) does the rest: its ``phase`` (which calls
+  ``algorithm.direction``) and its gossip rounds.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:class:`FlatGroup`, below), so a round is one pass over the buffers and one mixer call.
-  The pass is run by one of three named engines (:mod:`dadam3.optim.engines`: ``Compiled``,
-  ``torch.compile`` of the phase on CUDA; ``Numba``, the same functions compiled by numba on the
-  CPU; ``Eager``, the phase in Python on whole tensors), chosen once by the constructor
-  (``engine="eager"`` runs the eager one everywhere, so a breakpoint in ``direction`` fires).
+  (:class:`FlatGroup`, below), so a round is one pass over the buffers, run by one of three named
+  engines (:mod:`dadam3.optim.engines`), and one mixer call.
 * The step is ONE loop, :func:`run_rounds` (called by :func:`step_together`): for each round of
-  the skeleton, the engine runs the phase in every group of every optimizer, then one mixer call
-  gossips all of their buffers (for the generator's and the critic's optimizers: one exchange
-  per round for both).
+  the skeleton, ``engine.run`` runs its ``phase`` in every group of every optimizer, then one
+  mixer call gossips all of their buffers (generator and critic: one exchange per round).
 * The torch engines read a step's numbers from one small tensor per group on the buffers'
   device, ``flat.scalars`` = ``[*SCALARS, *StepScalars]`` (the algorithm's fields, then the
   gradient's sign and lr), written in place before each step (an asynchronous copy on CUDA): a
@@ -92,6 +87,11 @@ class NodeOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def direction(g, a, *state) -> tuple:
+        raise NotImplementedError
+
+    @classmethod
+    def phase(algorithm, which: int, g, t, a, p, own, state) -> tuple:
+        """The skeleton's phase ``which`` on one element; calls ``algorithm.direction`` (optim.skeletons)."""
         raise NotImplementedError
 
     @classmethod

@@ -1,6 +1,6 @@
 """The three engines that run a round's phase over one parameter group's flat buffers.
 
-An algorithm's math is written once (its ``direction``, the skeleton's phases, in the
+An algorithm's math is written once (its ``direction``, the skeleton's ``phase``, in the
 vocabulary of :mod:`dadam3.optim.elementwise`); an engine says how it runs. Each has one
 method, ``run(rnd, group)``: round ``rnd``'s phase over the group's flat ``[n, P]`` buffers
 (:class:`~dadam3.optim.base.FlatGroup`), the value to mix written into ``group.work`` and the
@@ -29,11 +29,14 @@ import math
 import sys
 import types
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from dadam3.numba_cache import njit_cached
+
+if TYPE_CHECKING:
+    from dadam3.optim.base import NodeOptimizer
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +44,13 @@ ENGINES = ("auto", "eager")          # the switch a user sets: "auto" picks one 
 NUMBA_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
 
 
-def eager_update(cls: type, rnd, g, s, p, work, own, state) -> None:
-    """Round ``rnd``'s phase of optimizer class ``cls`` on whole flat tensors (``s``: the scalars
-    tensor): the value to mix written into ``work``, the new ``own`` and ``state`` into their
-    buffers. ``direction`` is called here, in Python (or traced by ``torch.compile``)."""
-    a, t = cls.split_scalars(s.unbind(0))
-    value, new_own, new_state = rnd.phase(cls.direction, g, t, a, p, own, state)
+def eager_update(algorithm: type[NodeOptimizer], rnd, g, s, p, work, own, state) -> None:
+    """Round ``rnd``'s phase of ``algorithm`` (the optimizer's class) on whole flat tensors (``s``:
+    the scalars tensor): the value to mix written into ``work``, the new ``own`` and ``state`` into
+    their buffers. The skeleton's ``phase`` (and in it ``algorithm.direction``) runs here, in
+    Python (or traced by ``torch.compile``)."""
+    a, t = algorithm.split_scalars(s.unbind(0))
+    value, new_own, new_state = algorithm.phase(rnd.phase, g, t, a, p, own, state)
     work.copy_(value)
     for bufs, new in ((own, new_own), (state, new_state)):
         for buf, v in zip(bufs, new or ()):
@@ -90,13 +94,13 @@ def _round_kernel(cls: type, rnd) -> Callable[..., None]:
         eager_update(cls, rnd, g, s, p, work, own, state)
     # dynamo keeps the graphs of a code object in one cache of at most recompile_limit (8)
     # entries: a code object of its own per class and round (each holds one graph per buffer shape)
-    update.__code__ = update.__code__.replace(co_name=f"{cls.__name__}_{rnd.phase.__name__}")
+    update.__code__ = update.__code__.replace(co_name=f"{cls.__name__}_phase{rnd.phase}")
     return update
 
 
 class Numba:
     """numba's pass of each round over 1-D numpy views of the (CPU, contiguous) buffers
-    (:func:`flat_passes`, below: the same phase and ``direction``, value by value)."""
+    (:func:`flat_passes`, below: the same ``phase`` and ``direction``, value by value)."""
 
     name = "numba"
 
@@ -139,13 +143,16 @@ def has_memory(t: torch.Tensor) -> bool:
 
 # ---- numba: the Numba engine's passes and the synthetic game loop's building blocks ------------
 # An algorithm's math compiled by numba, once: the CPU's pass over the flat buffers and the
-# building blocks of the synthetic game's loop come from the same phase and ``direction``
+# building blocks of the synthetic game's loop come from the same ``phase`` and ``direction``
 # functions that the torch optimizers run.
 #
 # :func:`element_pass` runs a skeleton's phase over flat buffers, one value at a time: each value
 # is read and written once per round, instead of once per element-wise op of the eager torch
 # update. numba compiles the algorithm's functions as they are, with the names of
-# :mod:`dadam3.optim.elementwise` resolved to their numba twins (:func:`register_twins`).
+# :mod:`dadam3.optim.elementwise` resolved to their numba twins (:func:`register_twins`). The
+# skeleton's ``phase`` is inlined into the pass with the round's phase number a constant, so
+# numba keeps only that round's branch; numba cannot hold a class, so the ``algorithm`` it reads
+# ``algorithm.direction`` from is :func:`algorithm_math` (the class's math under the same names).
 #
 # Compiled once: numba compiles each pass in the first process that needs it and caches it on
 # disk (``cache=True``). A cache entry is a module-level function of this package (``body``)
@@ -172,7 +179,7 @@ def register_twins() -> None:
     global _registered
     if _registered:
         return
-    from numba.extending import overload, register_jitable
+    from numba.extending import overload
 
     from dadam3.optim import elementwise as ew
 
@@ -181,7 +188,6 @@ def register_twins() -> None:
     overload(ew.sign)(lambda x: lambda x: 1.0 if x > 0 else (-1.0 if x < 0 else x))
     overload(gather)(_gather)
     overload(scatter)(_scatter)
-    register_jitable(inline="always")(element_pass)
     _registered = True
 
 
@@ -213,26 +219,59 @@ def _scatter(bufs, j, values):
     return impl
 
 
-def element_pass(phase, direction, g, t, a, p, own, state, work):
-    """``phase`` at every position j of the flat buffers: ``work[j]`` and the new ``own`` and
-    ``state`` values written in place (the numba form of :meth:`NodeOptimizer.update`)."""
+def element_pass(g, t, a, p, own, state, work):
+    """One round's phase at every position j of the flat buffers: ``work[j]`` and the new ``own``
+    and ``state`` values written in place (the numba form of :func:`eager_update`). Bound by
+    :func:`round_names`: ``PHASE(ALGORITHM, WHICH, ...)`` is ``algorithm.phase(rnd.phase, ...)``."""
     for j in range(work.shape[0]):
-        value, new_own, new_state = phase(direction, g[j], t, a, p[j], gather(own, j), gather(state, j))
+        value, new_own, new_state = PHASE(ALGORITHM, WHICH, g[j], t, a, p[j], gather(own, j),  # noqa: F821
+                                          gather(state, j))
         work[j] = value
         scatter(own, j, new_own)
         scatter(state, j, new_state)
 
 
 def flat_pass(g, t, a, p, own, state, work):
-    """One round's pass over an optimizer's flat buffers (bound: ``PHASE``, ``DIRECTION``)."""
-    element_pass(PHASE, DIRECTION, g, t, a, p, own, state, work)  # noqa: F821 - bound by bind()
+    """One round's pass over an optimizer's flat buffers (bound: ``ELEMENT_PASS``, :func:`round_pass`)."""
+    ELEMENT_PASS(g, t, a, p, own, state, work)  # noqa: F821 - bound by bind()
+
+
+def round_pass(cls: type[NodeOptimizer], rnd) -> Callable:
+    """:func:`element_pass` for round ``rnd`` of optimizer class ``cls``, inlined where numba calls
+    it (the flat pass, the synthetic game's loop)."""
+    return bind(element_pass, "element_pass", cache=False, inline="typed", **round_names(cls, rnd))
+
+
+def round_names(cls: type[NodeOptimizer], rnd) -> dict:
+    """The globals :func:`element_pass` is bound with for round ``rnd`` of optimizer class ``cls``:
+    ``PHASE``, the skeleton's ``phase`` function, inlined where it is called (so numba keeps
+    only the branch of ``WHICH`` = ``rnd.phase``, a constant), and ``ALGORITHM`` = :func:`algorithm_math`."""
+    return {"PHASE": _inlined(cls.phase.__func__), "ALGORITHM": algorithm_math(cls), "WHICH": rnd.phase}
+
+
+@lru_cache(maxsize=None)
+def _inlined(fn: Callable) -> Callable:
+    from numba import njit
+    return njit(inline="always")(fn)
+
+
+@lru_cache(maxsize=None)
+def algorithm_math(cls: type[NodeOptimizer]) -> types.ModuleType:
+    """What numba reads as ``algorithm`` in a skeleton's ``phase``: a namespace holding ``cls``'s
+    ``direction`` (registered with :func:`jitted`). numba cannot hold a class, and it reads the
+    attributes of a module as constants."""
+    math_ns = types.ModuleType(f"{cls.__module__}.{cls.__qualname__}")
+    math_ns.direction = jitted(cls.direction)
+    return math_ns
 
 
 def bind(body: Callable, name: str, cache: bool = True, inline: str = "never", **names) -> Callable:
     """``body`` compiled by numba with ``names`` as its globals (constants to numba), cached on
     disk under ``name`` (see the module docstring; without a writable cache directory, or with
     ``cache=False``, compiled in this process only); ``inline="always"`` makes numba inline it
-    where it is called (no call, so no reference counting of the arrays passed)."""
+    where it is called (no call, so no reference counting of the arrays passed) before typing,
+    ``inline="typed"`` after typing (numba's ``register_jitable``): the synthetic game's loop
+    inlines its :func:`element_pass` es so, measured ~25 % faster for DP-OAdam than before typing."""
     from numba import njit
 
     from dadam3.optim.elementwise import HELPERS
@@ -241,6 +280,9 @@ def bind(body: Callable, name: str, cache: bool = True, inline: str = "never", *
         jitted(helper)
     fn = types.FunctionType(body.__code__, {**body.__globals__, **names}, body.__name__, body.__defaults__)
     fn.__qualname__ = name
+    if inline == "typed":
+        from numba.extending import register_jitable
+        return register_jitable(inline="always")(fn)
     return njit_cached(fn, inline=inline) if cache else njit(fn, inline=inline)
 
 
@@ -291,8 +333,7 @@ def flat_passes(cls: type, dtype) -> dict | None:
         _PASSES[key] = None
         from numba.core.errors import NumbaError
         dt = str(dtype).rpartition(".")[2]
-        passes = {rnd: bind(flat_pass, cache_name("flat_pass", cls, dt, str(i)), PHASE=jitted(rnd.phase),
-                            DIRECTION=jitted(cls.direction))
+        passes = {rnd: bind(flat_pass, cache_name("flat_pass", cls, dt, str(i)), ELEMENT_PASS=round_pass(cls, rnd))
                   for i, rnd in enumerate(cls.START + cls.ROUNDS)}
         try:
             _trial(passes, cls, dt)

@@ -7,24 +7,30 @@ direction and when the gossip happens. It is a subclass of
 * ``OWN``: the names of its own buffers (e.g. ``x``, ``d``), each one value per parameter
   value; an algorithm's ``STATE`` may not reuse them;
 * ``START`` and ``ROUNDS``: the :class:`Round` s of ``start()`` and of one step, in order.
-  A round is an element-wise *phase* followed by one gossip round ``into <- W_{k+offset}^t work``.
+  A round is an element-wise *phase* followed by one gossip round ``into <- W_{k+offset}^t work``;
+* the classmethod ``phase(algorithm, which, g, t, a, p, own, state) -> (work, own, state)``
+  (``algorithm``: the optimizer's class, e.g. ``Dadam3``; named so, not ``cls``, since it is the
+  algorithm on the skeleton, not the skeleton): the phase
+  numbered ``which`` (a round's ``phase``, a constant of the skeleton's module; each branch of
+  its ``if`` is one) on one element. ``g`` is the operator value (the gradient), ``t`` the
+  :class:`StepScalars`, ``a`` the algorithm's scalars (its ``SCALARS`` named tuple), ``p`` the
+  parameter (the current gradient point), ``own`` and ``state`` tuples of the skeleton's and the
+  algorithm's buffer values; it returns the value the round mixes and the new ``own`` and
+  ``state`` (``None``: unchanged). A round that takes a step
+  calls ``algorithm.direction(g, a, *state) -> (D, *new_state)``, the algorithm's math, by its name.
 
-A phase is an ordinary function of one element,
-``phase(direction, g, t, a, p, own, state) -> (work, own, state)``: ``g`` the operator value
-(the gradient), ``t`` the :class:`StepScalars`, ``a`` the algorithm's scalars (its
-``SCALARS`` named tuple), ``p`` the parameter (the current gradient point), ``own`` and
-``state`` tuples of the skeleton's and the algorithm's buffer values; it returns the value
-the round mixes and the new ``own`` and ``state`` (``None``: unchanged). It calls
-``direction(g, a, *state) -> (D, *new_state)``, the algorithm's math.
-
-The same phase objects run on whole flat ``[n, P]`` tensors (eagerly or compiled by
-``torch.compile``, :mod:`dadam3.optim.base`), one value at a time in numba's pass over the
-flat buffers (:mod:`dadam3.optim.engines`) and in the synthetic game's compiled loop
-(:mod:`dadam3.games.synthetic_kernels`): adding a skeleton is one module here, nothing else.
+So a reader (and a debugger, and go-to-definition) goes from the step's loop
+(:func:`dadam3.optim.base.run_rounds`) to the engine's ``run``, to the skeleton's ``phase`` and
+to the algorithm's ``direction`` by following names. The same ``phase`` and ``direction`` run on
+whole flat ``[n, P]`` tensors (eagerly or compiled by ``torch.compile``), one value at a time
+in numba's pass over the flat buffers (:mod:`dadam3.optim.engines`) and in the synthetic game's
+compiled loop (:mod:`dadam3.games.synthetic_kernels`): numba, which cannot hold a class, gets
+the algorithm's jitted ``direction`` under the same name ``algorithm.direction``
+(:func:`dadam3.optim.engines.algorithm_math`). Adding a skeleton is one module here, nothing else.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 PARAMS = 0          # a round's ``into``: the parameters (the next gradient point)
 
@@ -37,10 +43,10 @@ class StepScalars(NamedTuple):
 
 
 class Round(NamedTuple):
-    """One gossip round: ``phase`` element-wise, then ``into <- W_{k + offset}^t work`` where k is
-    the step (0 for ``start()``) and ``into`` is :data:`PARAMS` or 1 + the index of an ``OWN``
-    buffer (see :func:`into_own`)."""
-    phase: Callable
+    """One gossip round: the skeleton's ``phase`` number ``phase`` element-wise, then
+    ``into <- W_{k + offset}^t work`` where k is the step (0 for ``start()``) and ``into`` is
+    :data:`PARAMS` or 1 + the index of an ``OWN`` buffer (see :func:`into_own`)."""
+    phase: int
     into: int
     offset: int
 

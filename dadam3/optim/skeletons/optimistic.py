@@ -13,29 +13,23 @@ from __future__ import annotations
 from dadam3.optim.base import NodeOptimizer
 from dadam3.optim.skeletons import PARAMS, Round, into_own
 
-
-def take_x0(direction, g, t, a, p, own, state):
-    """start(): X_0 = the parameters, mixed into Z_1 = X_0 W_1^t."""
-    x, d = own
-    return p, (p, d), None
-
-
-def step(direction, g, t, a, p, own, state):
-    """D_k and the algorithm's new state; X_{k-1} - eta D_k, mixed into X_k."""
-    x, d = own
-    out = direction(g * t.sign, a, *state)
-    return x - t.lr * out[0], (x, out[0]), out[1:]
-
-
-def extrapolate(direction, g, t, a, p, own, state):
-    """X_k - eta D_k, mixed into Z_{k+1}."""
-    x, d = own
-    return x - t.lr * d, None, None
+TAKE_X0, STEP, EXTRAPOLATE = 0, 1, 2          # the phases (a Round's ``phase``)
 
 
 class OptimisticGossip(NodeOptimizer):
     """The optimistic skeleton (see the module docstring): buffers ``x`` (X) and ``d`` (D)."""
 
     OWN = ("x", "d")
-    START = (Round(take_x0, PARAMS, 1),)
-    ROUNDS = (Round(step, into_own(OWN, "x"), 0), Round(extrapolate, PARAMS, 1))
+    START = (Round(TAKE_X0, PARAMS, 1),)
+    ROUNDS = (Round(STEP, into_own(OWN, "x"), 0), Round(EXTRAPOLATE, PARAMS, 1))
+
+    @classmethod
+    def phase(algorithm, which, g, t, a, p, own, state):
+        """Phase ``which`` (a round's ``phase``) on one element: (value to mix, new own, new state)."""
+        x, d = own
+        if which == TAKE_X0:            # start(): X_0 = the parameters, mixed into Z_1 = X_0 W_1^t
+            return p, (p, d), None
+        if which == STEP:               # D_k and the algorithm's new state; X_{k-1} - eta D_k, mixed into X_k
+            out = algorithm.direction(g * t.sign, a, *state)
+            return x - t.lr * out[0], (x, out[0]), out[1:]
+        return x - t.lr * d, None, None     # EXTRAPOLATE: X_k - eta D_k, mixed into Z_{k+1}

@@ -8,11 +8,7 @@ from __future__ import annotations
 from dadam3.optim.base import NodeOptimizer
 from dadam3.optim.skeletons import PARAMS, Round
 
-
-def step(direction, g, t, a, p, own, state):
-    """The step direction and the algorithm's new state; X_{k-1} - eta * direction, mixed into X_k."""
-    out = direction(g * t.sign, a, *state)
-    return p - t.lr * out[0], None, out[1:]
+STEP = 0                                       # the one phase (a Round's ``phase``)
 
 
 class SingleSequenceGossip(NodeOptimizer):
@@ -20,4 +16,10 @@ class SingleSequenceGossip(NodeOptimizer):
 
     OWN = ()
     START = ()
-    ROUNDS = (Round(step, PARAMS, 0),)
+    ROUNDS = (Round(STEP, PARAMS, 0),)
+
+    @classmethod
+    def phase(algorithm, which, g, t, a, p, own, state):
+        """Phase ``which`` (STEP, the only one) on one element: (value to mix, new own, new state)."""
+        out = algorithm.direction(g * t.sign, a, *state)    # the step direction and the algorithm's new state
+        return p - t.lr * out[0], None, out[1:]        # X_{k-1} - eta * direction, mixed into X_k
