@@ -71,7 +71,7 @@ def test_a_rewritten_committed_run_under_results_is_not_dirty_code(tmp_path):
          "--allow-empty")
     _git("-C", str(clone), "sparse-checkout", "add", "results/fig1")
     (clone / "results" / "fig1" / "dadam3" / "metrics.csv").unlink()
-    code = "from dadam3.job_log import _code_commit; print(_code_commit())"
+    code = "from dadam3.job_log import code_commit; print(code_commit())"
     said = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path,
                           capture_output=True, text=True, check=True).stdout.strip()
     assert said == _git("-C", str(clone), "rev-parse", "HEAD")
