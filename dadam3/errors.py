@@ -13,7 +13,7 @@ Every check of a config value lives here (:func:`check_range`, :func:`check_int`
 act on raise a :class:`RunStopped` subclass with its own exit status.
 
 The entry points' boundary, which turns every exception an entry point ends with into one
-line and an exit status, is :mod:`dadam3.boundary`.
+line and an exit status, is :mod:`dadam3.run.boundary`.
 """
 from __future__ import annotations
 

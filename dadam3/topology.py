@@ -43,7 +43,7 @@ class Builder:
 
 
 # name -> Builder: the ONE list of topologies. The schema's allowed names
-# (dadam3/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
+# (dadam3/run/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
 # function decorated with @topology here and a YAML file configs/topology/NAME.yaml.
 TOPOLOGIES: dict[str, Builder] = {}
 

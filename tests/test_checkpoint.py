@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from dadam3 import checkpoint as ckpt
-from dadam3.checkpoint import files
-from dadam3.checkpoint.resume import check_checkpoint
+from dadam3.run.checkpoint import files
+from dadam3.run.checkpoint.resume import check_checkpoint
 from dadam3.errors import ConfigError
-from dadam3.run_dir import check_run_dir
+from dadam3.run.directory import check_run_dir
 
 
 def _draw() -> tuple:

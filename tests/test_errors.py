@@ -6,7 +6,7 @@ config's keys, before anything is written."""
 import pytest
 
 from dadam3.errors import ConfigError, RunStopped, check_range, named_as
-from dadam3.schema import train_settings
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 from trainer_runs import config
 

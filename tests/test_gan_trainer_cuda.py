@@ -81,14 +81,14 @@ except ImportError:
 
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
-import dadam3.gan.state as state_mod
-import dadam3.gan.trainer as trainer_mod
-import dadam3.run_build as build_mod
-from dadam3.config import CONFIG_DIR
+import dadam3.run.state as state_mod
+import dadam3.run.trainer as trainer_mod
+import dadam3.run.build as build_mod
+from dadam3.run.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.gan.cuda_graph import IterationGraph
 from dadam3.ordered_mix import RoundTerms
-from dadam3.schema import train_settings
+from dadam3.run.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report
 M = 3

@@ -16,7 +16,7 @@ from test_optim_flat import HP, grads, groups, leaves, mixer, run_reference
 
 from dadam3.optim import OPTIMIZERS, build_optimizer, optimizer_spec
 from dadam3.optim.engines import Compiled, Eager, Numba, choose_engine
-from dadam3.schema import compose, synthetic_settings, train_settings
+from dadam3.run.schema import compose, synthetic_settings, train_settings
 
 
 def run(name, engine, steps=4, topology="ring"):

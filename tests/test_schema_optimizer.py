@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dadam3.config import CONFIG_DIR, group_choices
+from dadam3.run.config import CONFIG_DIR, group_choices
 from dadam3.optim import OPTIMIZERS, optimizer_spec
-from dadam3.schema import compose, synthetic_settings, train_settings
+from dadam3.run.schema import compose, synthetic_settings, train_settings
 
 PINNED = json.loads((Path(__file__).parent / "data" / "optimizer_hparams_by_preset.json").read_text())
 

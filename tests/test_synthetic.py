@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dadam3.schema import compose
+from dadam3.run.schema import compose
 
 from trainer_runs import one_line
 

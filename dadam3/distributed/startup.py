@@ -15,7 +15,6 @@ from typing import Any, Mapping
 import torch
 import torch.distributed as dist
 
-from dadam3.config import flatten
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
 from dadam3.errors import ConfigError
 
@@ -144,10 +143,9 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-def run_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What fixes a distributed run, as dotted keys: the config (less :data:`PER_PROCESS_KEYS`)
-    and the code version (key ``code``)."""
-    flat = flatten(config)
+def run_fingerprint(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """What fixes a distributed run, as dotted keys: the config ``flat`` (as dotted keys, less
+    :data:`PER_PROCESS_KEYS`) and the code version (key ``code``)."""
     keep = {k: v for k, v in flat.items()
             if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in PER_PROCESS_KEYS)}
     return {"code": code_version(), **keep}

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from dadam3.errors import DataFileError
-from dadam3.log_rewind import parse_record
+from dadam3.run.rewind import parse_record
 
 TEXT_KEYS = ("status", "reason", "message", "signal", "changed")    # a record's keys that hold no number
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -109,7 +109,7 @@ def _number(v: Any) -> bool:
 
 def _finite_or_spelled(value: Any) -> Any:
     """The non-finite spellings the writer uses (``"NaN"``, ``"Infinity"``, ``"-Infinity"``:
-    :mod:`dadam3.run_logging`) as floats."""
+    :mod:`dadam3.run.loggers`) as floats."""
     if isinstance(value, list):
         return [_finite_or_spelled(v) for v in value]
     return NONFINITE.get(value, value) if isinstance(value, str) else value

@@ -1,7 +1,7 @@
 """Helpers shared by the Hydra entry points: config location (``dadam3/configs``, found through
 the package), resolvers, and a one-line
 error for an unknown group choice on the command line (before Hydra prints its
-multi-line one). The config's keys and values are checked in :mod:`dadam3.schema`."""
+multi-line one). The config's keys and values are checked in :mod:`dadam3.run.schema`."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from dadam3.boundary import exit_on_failure
+from dadam3.run.boundary import exit_on_failure
 from dadam3.errors import ConfigError
 
 # the configs ship with the package (package data; the repository's top-level configs/ links here)
@@ -41,7 +41,7 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
 
 def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
     """Entry-point wrapper: pre-check group choices, then every other override with ``check``
-    (:func:`dadam3.schema.check_overrides`), then hand over to Hydra."""
+    (:func:`dadam3.run.schema.check_overrides`), then hand over to Hydra."""
     exit_on_failure(check_group_choices)(sys.argv[1:], groups)
     exit_on_failure(check)(sys.argv[1:])
     exit_on_failure(hydra_main)()          # a second stop signal in a sweep, a launcher's failure: one line

@@ -1,6 +1,6 @@
 """A run directory belongs to one run: claiming it, and resuming the run that wrote it.
 
-* A run's files are listed in its manifest (:mod:`dadam3.run_manifest`, ``manifest.txt``): when
+* A run's files are listed in its manifest (:mod:`dadam3.run.manifest`, ``manifest.txt``): when
   it claims the directory the run writes there every top-level name it will create (its log,
   checkpoints, samples, ...; extended by each resume), before it creates any of them.
 * A directory is a run's by its own marker: its manifest, or (a run of an earlier version,
@@ -25,7 +25,7 @@
 * Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
   deleted when a run claims its directory.
 * Resuming: the checkpoint is checked against the run's config by
-  :func:`dadam3.checkpoint.resume.check_resume` (its kind; which keys may change).
+  :func:`dadam3.run.checkpoint.resume.check_resume` (its kind; which keys may change).
 """
 from __future__ import annotations
 
@@ -42,13 +42,13 @@ import uuid
 
 from omegaconf import OmegaConf
 
-from dadam3.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
+from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
                                resolve_resume_path, resume_override)
-from dadam3.checkpoint.files import LAST_CHECKPOINT
-from dadam3.checkpoint.resume import check_checkpoint, check_resume
+from dadam3.run.checkpoint.files import LAST_CHECKPOINT
+from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors import ConfigError, check_usable_dir
-from dadam3.run_manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
-from dadam3.schema import TrainConfig, may_change_on_resume
+from dadam3.run.manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
+from dadam3.run.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
 

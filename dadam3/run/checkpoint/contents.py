@@ -1,18 +1,18 @@
 """What a training checkpoint holds, and how it is split across the ranks that hold the nodes.
 
 A checkpoint of ``python -m dadam3.train`` is one dict: the run's state
-(:meth:`dadam3.gan.state.TrainState.state_dict`: iteration, wall time, the logging window,
+(:meth:`dadam3.run.state.TrainState.state_dict`: iteration, wall time, the logging window,
 both nets and optimizers, the data sampler, the noise generators, bytes sent, the global RNG
 states), the log's place (the W&B run id, whether its record is on the logging grid) and the
 resolved config, stamped by :func:`stamped` with its kind (:data:`CHECKPOINT_KIND`, what a
-resume checks first); :class:`dadam3.checkpoint.checkpointer.Checkpointer` decides when one is
+resume checks first); :class:`dadam3.run.checkpoint.checkpointer.Checkpointer` decides when one is
 written and assembles it. It always holds all M nodes, whatever the placement that wrote it: under
 torch.distributed each rank's :data:`NODE_ENTRIES` are gathered to rank 0, which writes
 (:func:`write_checkpoint`), and a resuming rank takes its own block's rows (:func:`rank_rows`).
 
 Every run directory holds its run id (:data:`RUN_ID_FILE`, written when a run claims it) and
 :func:`write_checkpoint` stamps it into each checkpoint written there (``run_id``): a resume
-continues in a directory only with a checkpoint of that run (:mod:`dadam3.run_dir`).
+continues in a directory only with a checkpoint of that run (:mod:`dadam3.run.directory`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from dadam3.checkpoint.files import NodeList, atomic_save
+from dadam3.run.checkpoint.files import NodeList, atomic_save
 from dadam3.distributed.placement import Placement
 
 CHECKPOINT_KIND = "dadam3.train/1"
@@ -33,7 +33,7 @@ NODE_ENTRIES = ("G", "D", "opt_g", "opt_d", "window", "sampler", "noise")
 RUN_ID_FILE = "run_id"          # <run_dir>/run_id: the run's id, one line
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 # every entry a checkpoint of this code may hold -> the types its value may have (a checkpoint with
-# another entry, or a value of another type, is refused by dadam3.checkpoint.resume.check_checkpoint)
+# another entry, or a value of another type, is refused by dadam3.run.checkpoint.resume.check_checkpoint)
 ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "kind": (str,), "iteration": (int,), "elapsed": (float, int), "config": (dict,), "run_id": (str, type(None)),
     "window": (dict,), "window_count": (int,), "G": (dict,), "D": (dict,), "opt_g": (dict,), "opt_d": (dict,),

@@ -1,9 +1,9 @@
 """How a training run stops early: the log's terminal record, one line, every rank alike.
 
-:class:`RunStops` is a part of :class:`dadam3.gan.trainer.WGANTrainer` (it uses the trainer's
+:class:`RunStops` is a part of :class:`dadam3.run.trainer.WGANTrainer` (it uses the trainer's
 ``records``, ``state``, ``placement``, ``run_dir`` and ``wall_time``): a stop signal after an
-iteration (:class:`~dadam3.signals.Interrupted`, checkpoint saved), a write that failed
-(:class:`~dadam3.errors.WriteFailed`, :class:`~dadam3.checkpoint.CheckpointNotWritten`: the
+iteration (:class:`~dadam3.run.signals.Interrupted`, checkpoint saved), a write that failed
+(:class:`~dadam3.errors.WriteFailed`, :class:`~dadam3.run.checkpoint.CheckpointNotWritten`: the
 previous checkpoint kept). Each ends the log with an ``interrupted`` record wherever one can
 still be written, and is said once, by rank 0.
 """
@@ -13,9 +13,9 @@ import contextlib
 import signal
 from pathlib import Path
 
-from dadam3.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
+from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
 from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
-from dadam3.signals import Interrupted
+from dadam3.run.signals import Interrupted
 
 
 class RunStops:

@@ -6,7 +6,7 @@ logging / sampling / checkpoint / evaluation periods, the logger, device and thr
 may change and take effect; every other key fixes what is being trained (nodes, nets, data,
 topology, dtype, batch size, seed, the optimizer's name, ...) and must be what the
 checkpoint was made with. Which is which is declared beside each field of the schema; the
-caller passes it in (``may_change``: :func:`dadam3.schema.may_change_on_resume`), with the keys
+caller passes it in (``may_change``: :func:`dadam3.run.schema.may_change_on_resume`), with the keys
 an earlier version named otherwise (``renamed``: a checkpoint's ``backend`` is ``placement`` now).
 
 A run's identity is its resolved config less the keys that do not change what it computes
@@ -22,8 +22,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from dadam3.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
-from dadam3.config import flatten
+from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
+from dadam3.run.config import flatten
 from dadam3.errors import ConfigError
 
 OPTION_KEYS = ("name", "arch", "kind")      # the key naming a group's option (dataset.name, model.arch, ...)
@@ -68,7 +68,7 @@ def identity_diff(stored: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
 
 def check_checkpoint(ckpt: Any, path: Path) -> None:
     """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
-    only the entries this code writes, each of its type (:data:`~dadam3.checkpoint.contents.ENTRY_TYPES`),
+    only the entries this code writes, each of its type (:data:`~dadam3.run.checkpoint.contents.ENTRY_TYPES`),
     at an iteration >= 0, with its config, of this version (the ``loop`` group)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "

@@ -1,17 +1,17 @@
 """The config schema, declared once: dataclasses registered as Hydra structured configs.
 
-* :mod:`dadam3.schema.runs` — the two entry points' schemas (``train``, ``synthetic``) and
+* :mod:`dadam3.run.schema.runs` — the two entry points' schemas (``train``, ``synthetic``) and
   their fixed sections (``loop``, ``metrics``, ``cuda``, ``distributed``, ``game``);
-  :mod:`dadam3.schema.groups` — one schema per kind of group option (data sets, nets,
+  :mod:`dadam3.run.schema.groups` — one schema per kind of group option (data sets, nets,
   topologies, loggers, optimizers: an optimizer's fields are its algorithm class's ``HPARAMS``,
   :mod:`dadam3.optim`).
 * Each field declares its default, its check and whether it may change on resume
-  (:func:`dadam3.schema.fields.knob`); the YAML files in ``configs/`` name their schema
+  (:func:`dadam3.run.schema.fields.knob`); the YAML files in ``configs/`` name their schema
   in ``defaults:`` and set only what is not a default.
 * :func:`train_settings` / :func:`synthetic_settings` turn a composed config into the
   checked, frozen schema objects (the runs' settings); :func:`compose` and
   :func:`check_overrides` refuse an unknown or meaningless key with one line before Hydra
-  composes (:mod:`dadam3.schema.overrides`); :func:`may_change_on_resume` is the resume policy.
+  composes (:mod:`dadam3.run.schema.overrides`); :func:`may_change_on_resume` is the resume policy.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors import ConfigError
-from dadam3.schema.fields import check_tree, schema_field
-from dadam3.schema.groups import GROUPS, REGISTRIES, option_schema
-from dadam3.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
-from dadam3.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
+from dadam3.run.schema.fields import check_tree, schema_field
+from dadam3.run.schema.groups import GROUPS, REGISTRIES, option_schema
+from dadam3.run.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
+from dadam3.run.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
 
 __all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "train_settings",
            "synthetic_settings", "may_change_on_resume", "register", "compose", "check_overrides",
@@ -80,7 +80,7 @@ def _typed(cfg: DictConfig) -> DictConfig:
         schema = option_schema(group, section.get(key))
         if schema is None:
             names = [n for c in options.values() for n in schema_field(c, key).metadata["check"].names]
-            where = REGISTRIES.get(group, "a schema of dadam3/schema/groups.py")
+            where = REGISTRIES.get(group, "a schema of dadam3/run/schema/groups.py")
             raise ConfigError(f"{group}.{key}", section.get(key), f"unknown {group} (not in {where}); allowed: "
                                                                   f"{', '.join(names)}")
         if OmegaConf.get_type(section) is not schema:

@@ -4,7 +4,7 @@ data (never code) with one-line errors.
 Layout of a run directory (what :func:`resolve_resume_path` understands)::
 
     <run_dir>/
-        metrics.jsonl            # run records, see dadam3.run_logging
+        metrics.jsonl            # run records, see dadam3.run.loggers
         checkpoints/
             last.pt              # newest checkpoint, replaced atomically at each save
             last.pt.sha256       # its SHA-256 (``sha256sum -c`` reads it), written with it
@@ -17,7 +17,7 @@ function, a ``__reduce__`` payload) is refused before it is built. A checkpoint 
 version has no ``.sha256``: it still loads through the same safe path, with a one-line warning
 that it could not be verified.
 
-What a training checkpoint holds is :mod:`dadam3.checkpoint.contents`'s concern.
+What a training checkpoint holds is :mod:`dadam3.run.checkpoint.contents`'s concern.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class NodeList(list):
 # the project's per-node list (also under the module an earlier version defined it in) and numpy
 # arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
 # numpy._core, numpy 1 numpy.core)
-SAFE_TYPES: tuple = (NodeList, (NodeList, "dadam3.checkpoint.contents.NodeList"),
+SAFE_TYPES: tuple = (NodeList, (NodeList, "dadam3.run.checkpoint.contents.NodeList"),
                      np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
                      (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"))
 

@@ -18,11 +18,11 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from dadam3.config import CONFIG_DIR
+from dadam3.run.config import CONFIG_DIR
 from dadam3.errors import ConfigError
-from dadam3.schema.fields import closest, did_you_mean, schema_field
-from dadam3.schema.groups import GROUPS, option_schema
-from dadam3.schema.runs import SyntheticConfig, TrainConfig, only_with
+from dadam3.run.schema.fields import closest, did_you_mean, schema_field
+from dadam3.run.schema.groups import GROUPS, option_schema
+from dadam3.run.schema.runs import SyntheticConfig, TrainConfig, only_with
 
 ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
 
@@ -64,7 +64,7 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
 
 def _check_only_with(cfg: DictConfig, given: list[Override]) -> None:
     """A key given (at any value, its default too) where the config it makes means nothing by it
-    (:data:`~dadam3.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``)."""
+    (:data:`~dadam3.run.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``)."""
     cfg = cfg.copy()
     with open_dict(cfg):
         for o in given:
@@ -102,7 +102,7 @@ def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequenc
 
 def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
     """Walk ``key`` through the schema ``root`` (a group: the schema its chosen option's name
-    selects, :func:`~dadam3.schema.groups.option_schema`) and check ``value`` with the field's check."""
+    selects, :func:`~dadam3.run.schema.groups.option_schema`) and check ``value`` with the field's check."""
     parts = key.split(".")
     cls: Any = root
     for i, part in enumerate(parts):

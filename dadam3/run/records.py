@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dadam3.checkpoint.contents import stack_node_states
+from dadam3.run.checkpoint.contents import stack_node_states
 from dadam3.distributed.placement import Placement
 from dadam3.gan.finiteness import LOSS_KEYS
 from dadam3.gan.stacked import StackedNet
-from dadam3.log_rewind import LoggingGrid
+from dadam3.run.rewind import LoggingGrid
 from dadam3.metrics.consensus import consensus_distance
 
 WINDOW_KEYS = (*LOSS_KEYS, "operator_norm")
@@ -77,9 +77,9 @@ def gathered_net(net: StackedNet, full: StackedNet | None, placement: Placement)
 
 
 class Records:
-    """Records of the run into ``logger`` (a :mod:`dadam3.run_logging` logger; on ranks other
+    """Records of the run into ``logger`` (a :mod:`dadam3.run.loggers` logger; on ranks other
     than 0 a NullLogger): one at every iteration on the logging ``grid`` (stored in checkpoints:
-    :mod:`dadam3.log_rewind`), at the last one and at every evaluation (:meth:`due`)."""
+    :mod:`dadam3.run.rewind`), at the last one and at every evaluation (:meth:`due`)."""
 
     def __init__(self, logger, grid: LoggingGrid, placement: Placement):
         self.logger, self.grid, self.placement = logger, grid, placement
@@ -88,7 +88,7 @@ class Records:
         return self.grid.on_grid(k) or last or evaluating
 
     def record(self, k: int, state) -> dict[str, Any]:
-        """Iteration k's record of the run's ``state`` (:class:`dadam3.gan.state.TrainState`; a
+        """Iteration k's record of the run's ``state`` (:class:`dadam3.run.state.TrainState`; a
         collective when distributed). The window closes at multiples of ``log_every`` only: an
         off-grid record (last iteration, evaluation) leaves it running, so a run resumed from
         here logs exactly what an uninterrupted one does."""
@@ -106,6 +106,6 @@ class Records:
 
     def state_dict(self, k: int) -> dict[str, Any]:
         """The log's place, for a checkpoint at iteration k: the W&B run it continues, and
-        whether k's record is on the grid (:func:`dadam3.log_rewind.record_at_resume_point_kept`)."""
+        whether k's record is on the grid (:func:`dadam3.run.rewind.record_at_resume_point_kept`)."""
         run_id = next((lg.run_id for lg in getattr(self.logger, "loggers", []) if hasattr(lg, "run_id")), None)
         return {"wandb_run_id": run_id, "record_on_grid": self.grid.on_grid(k)}

@@ -3,7 +3,7 @@
 
 Each option's YAML file (``configs/<group>/<option>.yaml``) names its schema in its
 ``defaults:`` list (``schema_<kind>``, registered in Hydra's ConfigStore by
-:func:`dadam3.schema.register`) and sets only what tells the option apart (its name). A
+:func:`dadam3.run.schema.register`) and sets only what tells the option apart (its name). A
 key its schema lacks means nothing for that option and is refused. The fields beyond the
 common ones are the builder's own options (``options``), handed to :func:`build_dataset`,
 :func:`build_nets` or :func:`build_topology`, which check them for their direct callers too. An
@@ -26,8 +26,8 @@ from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
 from dadam3.errors import ConfigError
 from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
-from dadam3.run_logging import WANDB_MODES
-from dadam3.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
+from dadam3.run.loggers import WANDB_MODES
+from dadam3.run.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
                                   schema_field, text)
 from dadam3.topology import TOPOLOGIES, build_topology
 

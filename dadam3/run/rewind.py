@@ -11,7 +11,7 @@ that process's last iteration). So:
   (``record_on_grid``: :meth:`LoggingGrid.on_grid`);
 * the resuming run asks :func:`record_at_resume_point_kept`;
 * :func:`rewind` rewrites ``metrics.jsonl`` to what an uninterrupted run left at k
-  (:class:`dadam3.run_logging.JsonlLogger` calls it when opened with a resume point).
+  (:class:`dadam3.run.loggers.JsonlLogger` calls it when opened with a resume point).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dadam3.checkpoint.files import mkstemp_umask
+from dadam3.run.checkpoint.files import mkstemp_umask
 
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     """Whether the record at the checkpoint's iteration is one an uninterrupted run writes too:
     the checkpoint's ``record_on_grid``. Every checkpoint a resume accepts holds it: the trainer
     has stored it since before the ``loop`` group, and checkpoints older than that group are
-    refused (:func:`dadam3.checkpoint.resume.check_checkpoint`)."""
+    refused (:func:`dadam3.run.checkpoint.resume.check_checkpoint`)."""
     return bool(ckpt["record_on_grid"])
 
 

@@ -1,6 +1,6 @@
 """The start of ``python -m dadam3.train``'s run, from the config Hydra composed: a resume's
 own configuration (:func:`resumed_config`), the checked settings, the trainer built with every
-check first (:func:`dadam3.run_build.build_trainer`), then, the run directory held, its job
+check first (:func:`dadam3.run.build.build_trainer`), then, the run directory held, its job
 log and its records of where it came from (``config_resolved.yaml``, ``.hydra/``,
 ``provenance.json``).
 
@@ -10,7 +10,7 @@ applies only the keys the command line gives (:func:`given_keys`): a key ``k=v``
 under it), a group option of another name (its whole group: ``logger=wandb``), the keys a
 preset sets (``experiment=X``, ``loop=X``); choosing the run's own option again
 (``optimizer=dadam3`` on a Dadam3 run) gives only its name. What may not change is then named,
-every such key in one line (:func:`dadam3.checkpoint.resume.check_resume`)."""
+every such key in one line (:func:`dadam3.run.checkpoint.resume.check_resume`)."""
 from __future__ import annotations
 
 import os
@@ -23,16 +23,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from dadam3.checkpoint import load, resolve_resume_path, resume_override
-from dadam3.checkpoint.resume import check_checkpoint, run_identity
-from dadam3.config import CONFIG_DIR, flatten
+from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
+from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
+from dadam3.run.config import CONFIG_DIR, flatten
 from dadam3.errors import ConfigError, WriteFailed, writing
-from dadam3.gan.trainer import WGANTrainer
-from dadam3.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
-from dadam3.run_build import build_trainer
-from dadam3.schema import TrainConfig, config_error, merged_overrides, train_settings
-from dadam3.schema.groups import GROUPS
-from dadam3.schema.runs import only_with
+from dadam3.run.trainer import WGANTrainer
+from dadam3.run.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
+from dadam3.run.build import build_trainer
+from dadam3.run.schema import TrainConfig, config_error, merged_overrides, train_settings
+from dadam3.run.schema.groups import GROUPS
+from dadam3.run.schema.runs import only_with
 
 _UNSET = object()
 _LOADED: dict[tuple, dict[str, Any]] = {}      # (checkpoint path, mtime, size) -> its flattened config
@@ -71,7 +71,7 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
 def run_config(resume: str) -> dict[str, Any]:
     """The flattened config of the run ``resume`` names, as its checkpoint stores it (keys an
     earlier version named otherwise under their names now: ``TrainConfig.renamed``); a file that
-    is no checkpoint of a run is one line (:func:`dadam3.checkpoint.load`, ``check_checkpoint``)."""
+    is no checkpoint of a run is one line (:func:`dadam3.run.checkpoint.load`, ``check_checkpoint``)."""
     path = resolve_resume_path(resume)
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
@@ -151,7 +151,7 @@ def with_stored(composed: DictConfig, stored: dict[str, Any], given: Sequence[st
     """``composed`` with every stored key that ``given`` does not cover set to its stored value
     (``resume`` and ``overwrite`` excepted). A stored key this version does not know is left out:
     the resume's check names it. A stored key that the given keys make meaningless
-    (:func:`dadam3.schema.runs.only_with`: ``distributed.*`` after ``placement=local``, ``cuda.*``
+    (:func:`dadam3.run.schema.runs.only_with`: ``distributed.*`` after ``placement=local``, ``cuda.*``
     after ``device=cpu``) keeps its composed value (its default)."""
     out = composed.copy()
     kept = [k for k in stored if k not in ("resume", "overwrite") and not any(k == g or k.startswith(g + ".")
@@ -191,7 +191,7 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 def _dir_named(cfg: DictConfig) -> bool:
     """Whether the command line named the run's directory: hydra.run.dir (a resume of a run
-    elsewhere branches there: :func:`dadam3.run_dir.check_run_dir`), or a sweep's hydra.sweep.dir
+    elsewhere branches there: :func:`dadam3.run.directory.check_run_dir`), or a sweep's hydra.sweep.dir
     but for a sweep over ``resume=`` (its jobs continue their runs in place)."""
     if not HydraConfig.initialized():
         return False

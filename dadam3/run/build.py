@@ -1,4 +1,4 @@
-"""A training run built from its checked settings (:class:`dadam3.schema.TrainConfig`): the
+"""A training run built from its checked settings (:class:`dadam3.run.schema.TrainConfig`): the
 processes and mixer, the run directory, the run's state (data, nets, optimizers, noise; a
 resume's checkpoint loaded into it), the log, and the trainer handed all of it, complete.
 
@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from dadam3.checkpoint.checkpointer import Checkpointer
+from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
@@ -26,20 +26,21 @@ from dadam3.errors import ConfigError, named_as
 from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.memory import check_fits
 from dadam3.gan.own_nets import build_net, stack_own_nets
-from dadam3.gan.records import Records
+from dadam3.run.records import Records
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.gan.state import NodeNoise, TrainState
-from dadam3.gan.trainer import RunContext, RunOutputs, WGANTrainer
+from dadam3.run.state import NodeNoise, TrainState
+from dadam3.run.trainer import RunContext, RunOutputs, WGANTrainer
 from dadam3.gan.vmapped import stack_nets
-from dadam3.log_rewind import LoggingGrid, record_at_resume_point_kept
+from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
 from dadam3.metrics.evaluation import Evaluation, evaluation_hook
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
-from dadam3.run_checks import check_launch, check_outputs, check_paths, check_shards
-from dadam3.run_dir import RunDir, claim_run_dir
-from dadam3.run_logging import NullLogger, build_logger
-from dadam3.schema import TrainConfig
+from dadam3.run.config import flatten
+from dadam3.run.checks import check_launch, check_outputs, check_paths, check_shards
+from dadam3.run.directory import RunDir, claim_run_dir
+from dadam3.run.loggers import NullLogger, build_logger
+from dadam3.run.schema import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     ``nn.Module`` each (the generator maps ``[B, model.nz]`` noise to the data), checked and
     stacked over the nodes as ``model=custom``'s are. ``dir_named``: the user named ``run_dir``
     (a checkpoint that is no run's own may continue there). ``make_generator(device=...)``: the
-    ``torch.Generator`` of each node's noise stream (:class:`dadam3.gan.state.NodeNoise`)."""
+    ``torch.Generator`` of each node's noise stream (:class:`dadam3.run.state.NodeNoise`)."""
     check_launch(s)
     check_paths(s)
     where = start_processes(s)
@@ -99,7 +100,7 @@ def start_processes(s: TrainConfig) -> Where:
     if s.placement == "distributed":
         with named_as(s.distributed.keys("distributed.")):
             info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
-        agree_on_config(run_fingerprint(s.config), info)
+        agree_on_config(run_fingerprint(flatten(s.config)), info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1,
                  s.nodes)

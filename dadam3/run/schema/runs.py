@@ -1,7 +1,7 @@
 """The schemas of the two entry points: ``configs/train.yaml`` (:class:`TrainConfig`) and
 ``configs/synthetic.yaml`` (:class:`SyntheticConfig`), with their fixed sections.
 
-Checked by :func:`dadam3.schema.train_settings` / :func:`~dadam3.schema.synthetic_settings`,
+Checked by :func:`dadam3.run.schema.train_settings` / :func:`~dadam3.run.schema.synthetic_settings`,
 these objects are the runs' settings: typed, frozen, read by the entry points only.
 """
 from __future__ import annotations
@@ -15,14 +15,14 @@ from omegaconf import MISSING
 
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, check_timeout
 from dadam3.distributed.startup import BACKENDS, init_from_env
-from dadam3.divergence import DIVERGE_ABOVE
+from dadam3.run.divergence import DIVERGE_ABOVE
 from dadam3.errors import ConfigError, named_as
 from dadam3.gan.wgan_gp import GP_LAMBDA
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import ENGINES, run_synthetic
 from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec
-from dadam3.schema.fields import Choice, Int, Num, Section, boolean, default_of, knob, text
-from dadam3.schema.groups import SEED_MAX
+from dadam3.run.schema.fields import Choice, Int, Num, Section, boolean, default_of, knob, text
+from dadam3.run.schema.groups import SEED_MAX
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 THREADS_MAX = 1024
@@ -94,7 +94,7 @@ N_CRITIC_MAX = 1000         # critic steps per iteration (WGAN-GP recipes use 5)
 
 @dataclass
 class LoopSettings(Section):
-    """The ``loop`` group: what the training loop reads (:class:`dadam3.gan.trainer.WGANTrainer`)."""
+    """The ``loop`` group: what the training loop reads (:class:`dadam3.run.trainer.WGANTrainer`)."""
     iterations: int = knob(30000, Int(1), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
     n_critic: int = knob(1, Int(1, N_CRITIC_MAX), resume=True)   # 1: the paper's simultaneous game
@@ -105,7 +105,7 @@ class LoopSettings(Section):
     progress: bool = knob(True, boolean, resume=True)         # tqdm bar with it/s and ETA
     # null: float32 (TF32 on CUDA) | bf16: forward/backward under torch.autocast (state and gossip stay fp32)
     autocast: Optional[str] = knob(None, Choice(("bf16",), none=True), resume=True)
-    # a logged loss with |value| beyond this stops the run as diverged (0: off; dadam3.divergence)
+    # a logged loss with |value| beyond this stops the run as diverged (0: off; dadam3.run.divergence)
     diverge_above: float = knob(DIVERGE_ABOVE, Num(0.0), resume=True)
     # per node and player, gradients scaled to global norm <= this before the step (0: off; gan/clipping.py)
     clip_grad_norm: float = knob(0.0, Num(0.0), resume=True)
@@ -130,7 +130,7 @@ class TrainConfig(Section):
     loop: LoopSettings = knob(factory=LoopSettings)
     cuda: Cuda = knob(factory=Cuda)
     metrics: Metrics = knob(factory=Metrics)
-    dataset: Any = knob(MISSING)                              # groups: their schemas in dadam3.schema.groups
+    dataset: Any = knob(MISSING)                              # groups: their schemas in dadam3.run.schema.groups
     model: Any = knob(MISSING)
     optimizer: Any = knob(MISSING, resume=True)               # but optimizer.name
     topology: Any = knob(MISSING)
@@ -185,9 +185,9 @@ def _alpha_used(c: Any) -> bool:
 
 # a key (with what lies under it) -> when it means something (a test on the composed config or the
 # settings) and how that is said: given on the command line otherwise, even at its default, it is
-# refused (dadam3.schema.overrides.check_overrides); set by a preset, it is refused unless it is its
+# refused (dadam3.run.schema.overrides.check_overrides); set by a preset, it is refused unless it is its
 # default (the cross checks); a resume that makes it meaningless drops the run's value
-# (dadam3.train_start.with_stored)
+# (dadam3.run.start.with_stored)
 ONLY_WITH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "distributed": (lambda c: c.placement == "distributed", "placement=distributed"),
     "cuda": (lambda c: c.device != "cpu", "a CUDA device (not device=cpu)"),

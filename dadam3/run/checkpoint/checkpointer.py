@@ -3,23 +3,23 @@
 Every ``checkpoint_every`` iterations (0: never on a schedule), at the last iteration, and
 when the run stops on a signal (:meth:`Checkpointer.due`, as torchtitan's
 ``checkpointer.save(step, last_step)``); always ``<run_dir>/checkpoints/last.pt``, replaced
-atomically, written by rank 0 with all M nodes (:func:`dadam3.checkpoint.contents.write_checkpoint`).
+atomically, written by rank 0 with all M nodes (:func:`dadam3.run.checkpoint.contents.write_checkpoint`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
-from dadam3.checkpoint.contents import stamped, write_checkpoint
-from dadam3.checkpoint.files import checkpoint_path
-from dadam3.checkpoint.resume import run_identity
+from dadam3.run.checkpoint.contents import stamped, write_checkpoint
+from dadam3.run.checkpoint.files import checkpoint_path
+from dadam3.run.checkpoint.resume import run_identity
 from dadam3.distributed.placement import Placement
 
 
 class Checkpointer:
     """Writes ``last.pt`` in ``run_dir`` every ``every`` iterations (0: at the last only); each
     checkpoint holds ``config`` (the run's resolved config, what a resume compares with) and its
-    ``identity`` (:func:`dadam3.checkpoint.resume.run_identity`)."""
+    ``identity`` (:func:`dadam3.run.checkpoint.resume.run_identity`)."""
 
     def __init__(self, run_dir: Path, placement: Placement, every: int, config: Mapping[str, Any]):
         self.path, self.placement, self.every, self.config = checkpoint_path(run_dir), placement, every, dict(config)

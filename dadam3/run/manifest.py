@@ -1,5 +1,5 @@
 """What a run writes into its directory, listed in its manifest (``<run_dir>/manifest.txt``), so
-that ``overwrite=true`` deletes exactly that (:mod:`dadam3.run_dir`).
+that ``overwrite=true`` deletes exactly that (:mod:`dadam3.run.directory`).
 
 When a run claims its directory it lists there every top-level name it will create (its log,
 checkpoints, samples, ...; :func:`train_writes`), before it creates any; a resume adds what it
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from dadam3.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
-from dadam3.checkpoint.files import mkstemp_umask
+from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
+from dadam3.run.checkpoint.files import mkstemp_umask
 
 # the names a training run writes (.hydra/ and train.log too: the run writes them once it holds the
 # directory); what overwrite=true deletes of a run written before manifests

@@ -7,10 +7,10 @@ Each record names its invocation (``invocation``: start time and a random suffix
 the same ``hydra.sweep.dir`` skips the jobs an earlier invocation finished (or saw diverge) and
 resumes the interrupted ones, as the figure scripts do (``overwrite=true`` starts them afresh),
 but only a run of the job's own config: a job whose directory holds a run of another identity
-(:func:`dadam3.checkpoint.resume.identity_diff`: its ``config_resolved.yaml``, else its
+(:func:`dadam3.run.checkpoint.resume.identity_diff`: its ``config_resolved.yaml``, else its
 checkpoint's config) is refused in one line naming the directory and the keys that differ, and
 is never skipped or resumed. A run whose log holds a non-finite or out-of-bound loss
-(:func:`dadam3.divergence.run_breach`) counts as diverged, whatever its last record says.
+(:func:`dadam3.run.divergence.run_breach`) counts as diverged, whatever its last record says.
 A job whose directory another job of the same invocation already used is refused, with
 nothing deleted."""
 from __future__ import annotations
@@ -29,16 +29,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from dadam3.checkpoint import checkpoint_path, load
-from dadam3.checkpoint.resume import identity_diff
-from dadam3.divergence import run_breach
+from dadam3.run.checkpoint import checkpoint_path, load
+from dadam3.run.checkpoint.resume import identity_diff
+from dadam3.run.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
-from dadam3.boundary import failure_of
+from dadam3.run.boundary import failure_of
 from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
-from dadam3.log_rewind import parse_record, read_records
-from dadam3.run_dir import note_existing
-from dadam3.schema import config_error
-from dadam3.signals import Interrupted
+from dadam3.run.rewind import parse_record, read_records
+from dadam3.run.directory import note_existing
+from dadam3.run.schema import config_error
+from dadam3.run.signals import Interrupted
 
 log = logging.getLogger(__name__)
 SWEEP_STATUS = "sweep_status.jsonl"
@@ -189,7 +189,7 @@ def _record_job(sweep_dir: str, job: dict) -> None:
 class SweepStatus(Callback):
     """Refuses an unusable ``hydra.run.dir`` / ``hydra.sweep.dir`` with one line before Hydra
     creates it (noting what exists, so that what Hydra creates for a refused run can go again:
-    :func:`dadam3.run_dir.note_existing`), starts an invocation, and ends a sweep with one
+    :func:`dadam3.run.directory.note_existing`), starts an invocation, and ends a sweep with one
     summary line and exit status 1 when any of its jobs did not finish."""
 
     def __init__(self):

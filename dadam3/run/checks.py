@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dadam3.errors import ConfigError, check_usable_dir, needs_package
 from dadam3.metrics.spec import default_cache_dir
-from dadam3.schema import TrainConfig
+from dadam3.run.schema import TrainConfig
 
 
 def check_launch(s: TrainConfig) -> None:

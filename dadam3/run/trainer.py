@@ -16,13 +16,13 @@ With ``n_critic > 1`` the critic takes ``n_critic`` steps (fresh batches), then 
 generator one (alternating form, for users who want it; not the paper's).
 
 Around the iteration each component says when it is due (no schedule in the loop): the
-records (:class:`dadam3.gan.records.Records`, on the logging grid), the evaluation
+records (:class:`dadam3.run.records.Records`, on the logging grid), the evaluation
 (:class:`dadam3.metrics.evaluation.Evaluation`), the sample grids
 (:class:`dadam3.gan.samples.SampleGrids`) and the checkpointer
-(:class:`dadam3.checkpoint.checkpointer.Checkpointer`). Finiteness is read before anything is
-written (:mod:`dadam3.gan.finiteness`); stop signals (:mod:`dadam3.signals`) end the run
+(:class:`dadam3.run.checkpoint.checkpointer.Checkpointer`). Finiteness is read before anything is
+written (:mod:`dadam3.gan.finiteness`); stop signals (:mod:`dadam3.run.signals`) end the run
 checkpointed. The run's state is one object, saved and loaded as one
-(:class:`dadam3.gan.state.TrainState`).
+(:class:`dadam3.run.state.TrainState`).
 """
 from __future__ import annotations
 
@@ -32,26 +32,26 @@ from typing import Any
 
 import torch
 
-from dadam3.checkpoint.checkpointer import Checkpointer
+from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.distributed.failures import DistributedTimeout
 from dadam3.distributed.placement import Placement
-from dadam3.divergence import loss_beyond
-from dadam3.boundary import failure_of
+from dadam3.run.divergence import loss_beyond
+from dadam3.run.boundary import failure_of
 from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
-from dadam3.gan.records import Records, gathered_net
+from dadam3.run.records import Records, gathered_net
 from dadam3.gan.samples import SampleGrids
 from dadam3.gan.stacked import StackedNet
-from dadam3.gan.state import TrainState
-from dadam3.gan.stops import RunStops
+from dadam3.run.state import TrainState
+from dadam3.run.stops import RunStops
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
 from dadam3.metrics.evaluation import Evaluation
 from dadam3.optim import step_together
-from dadam3.run_logging import progress
-from dadam3.schema import LoopSettings
-from dadam3.signals import StopSignals, overdue
+from dadam3.run.loggers import progress
+from dadam3.run.schema import LoopSettings
+from dadam3.run.signals import StopSignals, overdue
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class RunContext:
     device: torch.device
     dtype: torch.dtype
     placement: Placement
-    lock: Any = None                      # the run directory (dadam3.run_dir.RunDir), released at the end
+    lock: Any = None                      # the run directory (dadam3.run.directory.RunDir), released at the end
     full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
     graphs: bool = False                  # cuda.graphs: the iteration as a replayed CUDA graph
 
@@ -213,7 +213,7 @@ class WGANTrainer(RunStops):
             e.iteration = self.state.iteration + 1
             self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
             raise
-        except BaseException as e:               # what the entry point's boundary says (dadam3.boundary.failure_of)
+        except BaseException as e:               # what the entry point's boundary says (dadam3.run.boundary.failure_of)
             if not (isinstance(e, RunStopped) and getattr(e, "recorded", False)):   # the trainer's own: recorded
                 said = failure_of(e)
                 what = said[1] if said is not None else f"internal error: {type(e).__name__}: {e}"
@@ -306,7 +306,7 @@ class WGANTrainer(RunStops):
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> dict[str, Any]:
-        """This rank's checkpoint: the run's state and the log's place (dadam3.checkpoint)."""
+        """This rank's checkpoint: the run's state and the log's place (dadam3.run.checkpoint)."""
         k = self.state.iteration
         return self.checkpointer.contents({**self.state.state_dict(), **self.records.state_dict(k)})
 

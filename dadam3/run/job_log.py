@@ -15,7 +15,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.boundary import failure_of
+from dadam3.run.boundary import failure_of
 from dadam3.errors import ConfigError, RunStopped
 
 JOB_LOG = "train.log"
@@ -82,7 +82,7 @@ class JobLog:
         root.removeHandler(self.buffer)
         self.buffer.buffer.clear()
         if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
-            # the traceback behind the entry point's one line (dadam3.boundary.failure_of): in the file only
+            # the traceback behind the entry point's one line (dadam3.run.boundary.failure_of): in the file only
             said = failure_of(exc)
             self.file.handle(logging.getLogger(__name__).makeRecord(
                 __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
@@ -151,7 +151,7 @@ def _device_model(device: str) -> str:
 def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict:
     """Append this segment of the run (fresh start or resume at ``iteration``) to
     ``provenance.json``: code commit, torch and Python versions, device model, thread count, and
-    the config's identity (:func:`dadam3.checkpoint.resume.run_identity`: a resume that changes a
+    the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
     key of the identity starts a segment of another one). From a checkout with uncommitted changes
     (commit ``+dirty``) the diff is saved as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
     for a resume) and named in the entry (``code_diff``)."""

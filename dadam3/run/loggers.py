@@ -13,7 +13,7 @@ accepts), so a diverged run is still visible and the file stays valid JSON for a
 reader. :func:`read_jsonl` turns those strings back into floats.
 
 Resuming: ``JsonlLogger(path, resume_from_iteration=k)`` rewinds the file to what an
-uninterrupted run left at iteration ``k`` (the checkpoint's; :mod:`dadam3.log_rewind`).
+uninterrupted run left at iteration ``k`` (the checkpoint's; :mod:`dadam3.run.rewind`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from dadam3.errors import ConfigError, writing
-from dadam3.log_rewind import rewind
+from dadam3.run.rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -120,9 +120,9 @@ class JsonlLogger:
     fails is cut back at once (:meth:`log`).
 
     Resuming from a checkpoint at iteration k (``resume_from_iteration=k``) rewrites the
-    file as an uninterrupted run would have left it at k (:func:`dadam3.log_rewind.rewind`;
+    file as an uninterrupted run would have left it at k (:func:`dadam3.run.rewind.rewind`;
     ``drop_record_at_resume_point``: the record at k itself goes too, see
-    :func:`dadam3.log_rewind.record_at_resume_point_kept`). Opening an existing file without
+    :func:`dadam3.run.rewind.record_at_resume_point_kept`). Opening an existing file without
     ``resume_from_iteration`` appends to it.
     """
 

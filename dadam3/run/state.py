@@ -5,7 +5,7 @@ streams (:class:`NodeNoise`), the mixer's byte counts, the iteration, the wall t
 processes and the logging window. :meth:`TrainState.state_dict` is everything a run needs to
 continue bit-identically (the global RNG states too) and :meth:`TrainState.load_state_dict`
 takes it back, whatever placement wrote it; what a checkpoint adds around it (its kind, the
-run's config) and how it is split over ranks is :mod:`dadam3.checkpoint`'s concern.
+run's config) and how it is split over ranks is :mod:`dadam3.run.checkpoint`'s concern.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from dadam3.checkpoint import NodeList, capture_rng_state, rank_rows, restore_rng_state
+from dadam3.run.checkpoint import NodeList, capture_rng_state, rank_rows, restore_rng_state
 from dadam3.data.node_sampler import node_seed
-from dadam3.gan.records import LoggingWindow
+from dadam3.run.records import LoggingWindow
 from dadam3.gan.stacked import StackedNet
 from dadam3.mixing import Mixer
 
@@ -76,7 +76,7 @@ class TrainState:
         return self.elapsed + time.perf_counter() - self.started
 
     def state_dict(self) -> dict[str, Any]:
-        """This rank's entries of a checkpoint (dadam3.checkpoint.contents.NODE_ENTRIES are per node)."""
+        """This rank's entries of a checkpoint (dadam3.run.checkpoint.contents.NODE_ENTRIES are per node)."""
         return {
             "iteration": self.iteration, "elapsed": self.wall_time(),
             "window": {k: v.cpu() for k, v in self.window.sums.items()}, "window_count": self.window.count,

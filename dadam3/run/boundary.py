@@ -11,7 +11,7 @@ an exception ends a process:
   decoded, a missing or broken package -- as ONE line (exit 1; a package: 2).
 
 Anything else is a bug: its traceback is shown. The traceback of an environmental failure goes
-to the run's job log (:class:`dadam3.job_log.JobLog`), or to stderr too with
+to the run's job log (:class:`dadam3.run.job_log.JobLog`), or to stderr too with
 ``DADAM3_TRACEBACK=1``.
 """
 from __future__ import annotations
