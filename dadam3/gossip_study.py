@@ -38,7 +38,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.errors import ConfigError, Diverged
+from dadam3.errors.config import ConfigError
+from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
 from dadam3.run.job_log import _code_commit, record_provenance

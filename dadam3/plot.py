@@ -27,7 +27,8 @@ import matplotlib
 import numpy as np
 
 from dadam3.run.boundary import exit_on_failure
-from dadam3.errors import ConfigError, DataFileError, check_writable_file
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import DataFileError, check_writable_file
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -39,7 +39,8 @@ from omegaconf import DictConfig
 
 from dadam3.run.config import CONFIG_DIR, run_cli
 from dadam3.run.boundary import exit_on_failure, failure_of
-from dadam3.errors import ConfigError, named_as, writing
+from dadam3.errors.config import ConfigError, named_as
+from dadam3.errors.files import writing
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
                                         run_synthetic)
@@ -87,7 +88,7 @@ def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
 
 def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
     """metrics.csv, then status.json, each written whole (a temporary file renamed into place); a
-    write that fails (full disk, ``ulimit -f``) is :class:`~dadam3.errors.WriteFailed` naming the
+    write that fails (full disk, ``ulimit -f``) is :class:`~dadam3.errors.files.WriteFailed` naming the
     file, its temporary file removed."""
     def table(f) -> None:
         w = csv.writer(f)
@@ -101,7 +102,7 @@ def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
 
 def _write_whole(path: Path, write) -> None:
     """``write(file)`` into ``.<name>.tmp`` beside ``path``, renamed into place; a failure is
-    :class:`~dadam3.errors.WriteFailed` naming ``path``, the temporary file removed."""
+    :class:`~dadam3.errors.files.WriteFailed` naming ``path``, the temporary file removed."""
     tmp = path.parent / f".{path.name}.tmp"
     with writing(path):
         try:

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dadam3.errors import ConfigError, check_int
+from dadam3.errors.config import ConfigError, check_int
 from dadam3.topology_checks import make_doubly_stochastic, spectral_gap_rho, validate
 
 

@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from dadam3 import signals
+from dadam3.run import signals
 from dadam3.run.boundary import exit_on_failure, failure_of
-from dadam3.errors import ConfigError, DataFileError, StoppedAtOnce, WriteFailed, needs_package, writing
+from dadam3.errors.config import ConfigError, needs_package
+from dadam3.errors.files import DataFileError, WriteFailed, writing
+from dadam3.errors.stops import StoppedAtOnce
 from dadam3.run.loggers import read_jsonl
 from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer

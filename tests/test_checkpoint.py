@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from dadam3 import checkpoint as ckpt
+from dadam3.run import checkpoint as ckpt
 from dadam3.run.checkpoint import files
 from dadam3.run.checkpoint.resume import check_checkpoint
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.directory import check_run_dir
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dadam3.run.checkpoint import atomic_save, checkpoint_path
-from dadam3.errors import WriteFailed, writing
+from dadam3.errors.files import WriteFailed, writing
 from dadam3.run.loggers import JsonlLogger, read_jsonl
 
 from trainer_runs import SMALL, TOY, cli, one_line

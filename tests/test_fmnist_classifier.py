@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dadam3.data import TensorImages, build_dataset
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.metrics import fidelity as fdl
 from dadam3.metrics import fmnist_classifier as fc
 from dadam3.metrics import images as img

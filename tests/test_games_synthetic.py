@@ -3,7 +3,7 @@ optimizers step by step, and the paper's claim at reduced N."""
 import numpy as np
 import pytest
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import TARGET_ERROR, run_synthetic

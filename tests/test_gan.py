@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan import (SequentialNet, StackedNet, build_nets, build_stacked_nets, critic_step,
                         generator_step, wgan_gp_step, wgan_gp_step_loop)
 from stacked_compare import max_abs_differences, named_tensors, stack_module_tensors

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, capture_obstacle, iteration_obstacle
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.run.trainer import RunOutputs, WGANTrainer

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import dadam3.run.trainer as trainer_mod
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.schema import train_settings
 from trainer_runs import TOY, config, train
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
     mixer_for, optimizer_spec

@@ -65,7 +65,7 @@ def test_the_config_key_selects_the_eager_engine():
 
 
 def test_the_synthetic_game_names_its_own_switch():
-    from dadam3.errors import ConfigError
+    from dadam3.errors.config import ConfigError
     with pytest.raises(ConfigError, match=r"^optimizer.engine=eager: the synthetic game's switch is engine=eager"):
         synthetic_settings(compose("synthetic", ["optimizer=dadam3", "optimizer.engine=eager"]))
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan import VmapNet
 from dadam3.gan.own_nets import check_nets, stack_own_nets
 from dadam3.gan.stacked import StackedNet

@@ -12,7 +12,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from dadam3.run.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.loggers import read_jsonl
 
 from test_run_dir import FAST, resume, run_cli

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dadam3.run.checkpoint import atomic_save, checkpoint_path, load
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.loggers import read_jsonl
 from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dadam3.run.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.directory import LOCK_FILE, check_run_dir
 from dadam3.run.loggers import read_jsonl
 from dadam3.run.schema import train_settings

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.loggers import (JsonlLogger, MultiLogger, WandbLogger, build_logger,
                                 progress, read_jsonl)
 from dadam3.run.schema import train_settings

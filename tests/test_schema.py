@@ -8,12 +8,12 @@ import torch
 from omegaconf import OmegaConf
 
 from dadam3.run.config import CONFIG_DIR, group_choices
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.optim import OPTIMIZERS
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run.directory import check_run_dir
 from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
-                           train_settings)
+                               train_settings)
 from dadam3.run.schema.groups import GROUPS, option_schema
 
 from trainer_runs import cli

@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from dadam3.run.config import group_choices
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.optim import optimizer_spec
 from dadam3.run.schema import compose, synthetic_settings, train_settings
 from dadam3.run.schema.fields import Choice, Int, Num, OptionName, boolean, matrix_rows, text

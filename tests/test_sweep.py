@@ -87,7 +87,7 @@ def test_a_job_directory_holding_a_run_of_another_config_is_refused_never_skippe
     """Issue 33: the sweep's reading of an earlier run in a job's directory (in process): another
     identity is refused naming the directory and the keys; the same one at more iterations
     resumes; a "finished" log with a NaN loss is a diverged run."""
-    from dadam3.errors import ConfigError
+    from dadam3.errors.config import ConfigError
     from dadam3.run.schema import compose
     from dadam3.run.sweep import _earlier_run
     from trainer_runs import train

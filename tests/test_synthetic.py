@@ -244,7 +244,7 @@ def test_fig1_script_fails_with_the_failed_runs_status_and_draws_nothing(tmp_pat
 def test_a_users_folder_is_never_a_training_runs_and_nothing_in_it_is_deleted(tmp_path):
     """overwrite=true into a folder with a user's images/ (no run), or into a synthetic run's
     directory with an images/ its manifest does not list: refused, nothing deleted."""
-    from dadam3.errors import ConfigError
+    from dadam3.errors.config import ConfigError
     from dadam3.synthetic import check_synthetic_dir
     (tmp_path / "images").mkdir()
     with pytest.raises(ConfigError, match="holds images but no run"):

@@ -4,7 +4,7 @@ import pytest
 
 from dadam3 import topology as T
 from dadam3 import topology_checks as C
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from dadam3.errors import check_int
+from dadam3.errors.config import check_int
 
 _MASK = 0xFFFFFFFF
 MAX_CHANNELS = 16           # dataset.channels' range too (dadam3/run/schema/groups.py)

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")     # auto: nccl on CUDA, else gloo (distributed.backend's choices)
 WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from dadam3.run.boundary import exit_on_failure
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.signals import exit_on_signals
 
 

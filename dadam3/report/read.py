@@ -1,7 +1,7 @@
 """The report's and the plots' readers' checks, written once: every file they read from a run
 directory (``metrics.jsonl``, ``metrics.csv``, ``provenance.json``, the YAML of its config, a
 reference-values JSON) is decoded here, and anything that is not what the writer writes is
-:class:`dadam3.errors.DataFileError`: one line naming the file (and line) and what is wrong,
+:class:`dadam3.errors.files.DataFileError`: one line naming the file (and line) and what is wrong,
 never a traceback from deep inside a section."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from dadam3.errors import DataFileError
+from dadam3.errors.files import DataFileError
 from dadam3.run.rewind import parse_record
 
 TEXT_KEYS = ("status", "reason", "message", "signal", "changed")    # a record's keys that hold no number

@@ -2,8 +2,8 @@
 jobs): :func:`exit_on_failure` wraps it, and :func:`failure_of` is the one place that says how
 an exception ends a process:
 
-* a refusal (:class:`~dadam3.errors.ConfigError`, exit 2), a stop the run chose
-  (:class:`~dadam3.errors.RunStopped`: divergence, a failed write, a signal: its own status);
+* a refusal (:class:`~dadam3.errors.config.ConfigError`, exit 2), a stop the run chose
+  (:class:`~dadam3.errors.stops.RunStopped`: divergence, a failed write, a signal: its own status);
 * a stop signal (``stopped: SIGNAL``, 128 + signal), also a second signal that a library turned
   into an error of its own (``StoppedAtOnce.raised``: torch's writer mid-checkpoint);
 * every environmental failure -- an ``OSError`` of any errno (named file, advice by errno),
@@ -25,7 +25,8 @@ import zipfile
 import zlib
 from typing import Any, Callable, TypeVar
 
-from dadam3.errors import ConfigError, RunStopped, StoppedAtOnce, _one_line, stop_report
+from dadam3.errors.config import ConfigError, one_line
+from dadam3.errors.stops import RunStopped, StoppedAtOnce, stop_report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -95,12 +96,12 @@ def failure_of(e: BaseException) -> tuple[int, str, bool] | None:
     for cause in _causes(e):
         if isinstance(cause, MemoryError) or type(cause).__name__ == "OutOfMemoryError" or (
                 isinstance(cause, RuntimeError) and any(t in str(cause).lower() for t in _OUT_OF_MEMORY)):
-            return 1, (f"error: out of memory ({type(cause).__name__}: {_one_line(cause, 120)}): lower the values "
+            return 1, (f"error: out of memory ({type(cause).__name__}: {one_line(cause, 120)}): lower the values "
                        "that size the run (nodes, batch size, model width, evaluation samples) or free memory; "
                        "the start-up estimate could not see this one"), True
     for cause in _causes(e):
         if isinstance(cause, _DECODE_ERRORS) or type(cause).__name__ in _DECODE_ERROR_NAMES:
-            return 1, (f"error: a file could not be decoded ({type(cause).__name__}: {_one_line(cause, 120)}): "
+            return 1, (f"error: a file could not be decoded ({type(cause).__name__}: {one_line(cause, 120)}): "
                        "a damaged or truncated file; replace it"), True
     for cause in _causes(e):
         if isinstance(cause, OSError):
@@ -108,7 +109,7 @@ def failure_of(e: BaseException) -> tuple[int, str, bool] | None:
     for cause in _causes(e):
         if isinstance(cause, ImportError):
             name = cause.name or "?"
-            return 2, (f"error: the Python package {name} is missing or broken ({_one_line(cause, 120)}): "
+            return 2, (f"error: the Python package {name} is missing or broken ({one_line(cause, 120)}): "
                        f"install it (`pip install {name.split('.')[0]}`) or choose a config that does not "
                        "need it"), True
     return None
@@ -143,7 +144,7 @@ def _os_line(e: OSError) -> str:
     """``file: what happened (ERRNO): what to do``."""
     import errno as errno_names
     name = errno_names.errorcode.get(e.errno or 0, "")
-    what = e.strerror or _one_line(e, 120)
+    what = e.strerror or one_line(e, 120)
     files = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None) or _open_file_of(e)
     advice = _OS_ADVICE.get(name, "check the file and the system, then run the command again")
     return f"{files + ': ' if files else ''}{what}{f' ({name})' if name else ''}: {advice}"

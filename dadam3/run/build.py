@@ -22,7 +22,7 @@ from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
-from dadam3.errors import ConfigError, named_as
+from dadam3.errors.config import ConfigError, named_as
 from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.memory import check_fits
 from dadam3.gan.own_nets import build_net, stack_own_nets

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dadam3.errors import ConfigError, check_usable_dir, needs_package
+from dadam3.errors.config import ConfigError, needs_package
+from dadam3.errors.files import check_usable_dir
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.run.schema import TrainConfig
 

@@ -37,16 +37,16 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-
 import uuid
 
 from omegaconf import OmegaConf
 
 from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
-                               resolve_resume_path, resume_override)
+                                   resolve_resume_path, resume_override)
 from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
-from dadam3.errors import ConfigError, check_usable_dir
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import check_usable_dir
 from dadam3.run.manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
 from dadam3.run.schema import TrainConfig, may_change_on_resume
 

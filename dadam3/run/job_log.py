@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.run.boundary import failure_of
-from dadam3.errors import ConfigError, RunStopped
+from dadam3.errors.config import ConfigError
+from dadam3.errors.stops import RunStopped
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"

@@ -31,7 +31,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from dadam3.errors import ConfigError, writing
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import writing
 from dadam3.run.rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")

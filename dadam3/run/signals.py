@@ -6,7 +6,7 @@ forwarding a stop) and SIGHUP (the terminal or ssh session closed) each ask the 
 it checkpoints and stops (exit 128 + signal, an ``interrupted`` record). SIGUSR1 is what SLURM
 sends before a job's time limit with ``--signal=USR1@SECONDS``: the same checkpointed stop, so
 the job can be resumed. SIGQUIT (Ctrl-\\) asks to quit now: the run stops at once, as on a
-second signal (:class:`dadam3.errors.StoppedAtOnce`, exit 131), its ``interrupted`` record
+second signal (:class:`dadam3.errors.stops.StoppedAtOnce`, exit 131), its ``interrupted`` record
 written where it can be.
 
 Three phases of a process started from the command line:
@@ -21,13 +21,13 @@ Three phases of a process started from the command line:
 * an iteration still running :data:`ITERATION_GRACE_S` after the signal (many critic steps:
   :func:`overdue`, checked between them) stops unfinished, as
 * a second signal more than :data:`SAME_STOP_S` after the first does: it stops at once
-  (:class:`dadam3.errors.StoppedAtOnce`: the iteration under way is not finished; the loop
+  (:class:`dadam3.errors.stops.StoppedAtOnce`: the iteration under way is not finished; the loop
   writes the ``interrupted`` record it still can). Two signals closer together are one stop:
   a terminal's Ctrl-C reaches every process of its group and a launcher (torchrun, timeout)
   forwards its own a few milliseconds later.
 
 SIGXFSZ is ignored from start-up on, so a write past the file-size limit fails with
-``OSError(EFBIG)`` (one line, :func:`dadam3.errors.writing`) instead of killing the process.
+``OSError(EFBIG)`` (one line, :func:`dadam3.errors.files.writing`) instead of killing the process.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from dadam3.errors import RunStopped, StoppedAtOnce
+from dadam3.errors.stops import RunStopped, StoppedAtOnce
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 AT_ONCE_SIGNALS = (signal.SIGQUIT,)
@@ -173,7 +173,7 @@ class StopSignals:
 def _at_once(signum: int, message: str) -> None:
     """Raise :class:`StoppedAtOnce`, remembered (``StoppedAtOnce.raised``): a library that turns
     it into an error of its own (torch's writer mid-checkpoint) is still said as this stop
-    (:func:`dadam3.errors.writing`, :func:`dadam3.run.boundary.failure_of`)."""
+    (:func:`dadam3.errors.files.writing`, :func:`dadam3.run.boundary.failure_of`)."""
     StoppedAtOnce.raised = StoppedAtOnce(signum, message)
     raise StoppedAtOnce.raised
 

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
 from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
 from dadam3.run.config import CONFIG_DIR, flatten
-from dadam3.errors import ConfigError, WriteFailed, writing
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import WriteFailed, writing
 from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
 from dadam3.run.build import build_trainer

@@ -3,7 +3,7 @@
 :class:`RunStops` is a part of :class:`dadam3.run.trainer.WGANTrainer` (it uses the trainer's
 ``records``, ``state``, ``placement``, ``run_dir`` and ``wall_time``): a stop signal after an
 iteration (:class:`~dadam3.run.signals.Interrupted`, checkpoint saved), a write that failed
-(:class:`~dadam3.errors.WriteFailed`, :class:`~dadam3.run.checkpoint.CheckpointNotWritten`: the
+(:class:`~dadam3.errors.files.WriteFailed`, :class:`~dadam3.run.checkpoint.CheckpointNotWritten`: the
 previous checkpoint kept). Each ends the log with an ``interrupted`` record wherever one can
 still be written, and is said once, by rank 0.
 """
@@ -14,7 +14,8 @@ import signal
 from pathlib import Path
 
 from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
-from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
+from dadam3.errors.files import WriteFailed
+from dadam3.errors.stops import RunStopped, StoppedAtOnce
 from dadam3.run.signals import Interrupted
 
 

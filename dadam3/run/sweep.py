@@ -34,7 +34,9 @@ from dadam3.run.checkpoint.resume import identity_diff
 from dadam3.run.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.run.boundary import failure_of
-from dadam3.errors import ConfigError, Diverged, RunStopped, check_usable_dir, stop_report
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import check_usable_dir
+from dadam3.errors.stops import Diverged, RunStopped, stop_report
 from dadam3.run.rewind import parse_record, read_records
 from dadam3.run.directory import note_existing
 from dadam3.run.schema import config_error

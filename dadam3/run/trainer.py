@@ -37,7 +37,8 @@ from dadam3.distributed.failures import DistributedTimeout
 from dadam3.distributed.placement import Placement
 from dadam3.run.divergence import loss_beyond
 from dadam3.run.boundary import failure_of
-from dadam3.errors import RunStopped, StoppedAtOnce, WriteFailed
+from dadam3.errors.files import WriteFailed
+from dadam3.errors.stops import RunStopped, StoppedAtOnce
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged

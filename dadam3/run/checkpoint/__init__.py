@@ -6,7 +6,7 @@ a run writes one (:mod:`~dadam3.run.checkpoint.checkpointer`), and what may chan
 the run directory's checks).
 """
 from dadam3.run.checkpoint.contents import (RUN_ID_FILE, NodeList, rank_rows, read_run_id, resume_command,
-                                           resume_override, stamped, write_checkpoint)
+                                            resume_override, stamped, write_checkpoint)
 from dadam3.run.checkpoint.files import (CHECKPOINT_DIR, CheckpointNotWritten, atomic_save, checkpoint_path, load,
                                          remove_stray_temporaries, resolve_resume_path)
 from dadam3.run.checkpoint.rng import capture_rng_state, restore_rng_state

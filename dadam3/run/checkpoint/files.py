@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dadam3.errors import ConfigError, RunStopped, write_failure_reason
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import write_failure_reason
+from dadam3.errors.stops import RunStopped
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     can leave a stray ``.tmp`` file but never a damaged ``path``.
 
     Any failure to write is an ``OSError`` whose ``strerror`` says why
-    (:func:`dadam3.errors.write_failure_reason`): on a full disk or past the file-size limit
+    (:func:`dadam3.errors.files.write_failure_reason`): on a full disk or past the file-size limit
     torch's zip writer raises ``RuntimeError: ... unexpected pos`` after the ``OSError``.
     """
     path = Path(path)

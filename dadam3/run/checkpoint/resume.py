@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
 from dadam3.run.config import flatten
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 OPTION_KEYS = ("name", "arch", "kind")      # the key naming a group's option (dataset.name, model.arch, ...)
 

@@ -22,7 +22,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import check_tree, schema_field
 from dadam3.run.schema.groups import GROUPS, REGISTRIES, option_schema
 from dadam3.run.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides

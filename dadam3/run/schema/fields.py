@@ -13,7 +13,7 @@ import inspect
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, ClassVar
 
-from dadam3.errors import ConfigError, check_bool, check_choice, check_int, check_range
+from dadam3.errors.config import ConfigError, check_bool, check_choice, check_int, check_range
 
 Check = Callable[[str, Any], Any]
 
@@ -132,7 +132,7 @@ class Section:
 
     def keys(self, prefix: str) -> dict[str, str]:
         """Each field's name -> its config key (``prefix`` + name): what
-        :func:`~dadam3.errors.named_as` needs to say a builder's error (naming its argument,
+        :func:`~dadam3.errors.config.named_as` needs to say a builder's error (naming its argument,
         which is the field's name) in the config's keys."""
         return {f.name: prefix + f.name for f in fields(self)}
 

@@ -24,11 +24,11 @@ from dadam3.data.fake import MAX_CHANNELS, MAX_LENGTH, FakeImages as FakeImageSe
 from dadam3.data.gaussians import GaussianRing
 from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run.loggers import WANDB_MODES
 from dadam3.run.schema.fields import (Choice, Int, Num, OptionName, Section, boolean, default_of, knob, matrix_rows,
-                                  schema_field, text)
+                                      schema_field, text)
 from dadam3.topology import TOPOLOGIES, build_topology
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts

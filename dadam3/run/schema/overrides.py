@@ -19,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.run.config import CONFIG_DIR
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import closest, did_you_mean, schema_field
 from dadam3.run.schema.groups import GROUPS, option_schema
 from dadam3.run.schema.runs import SyntheticConfig, TrainConfig, only_with

@@ -16,7 +16,7 @@ from omegaconf import MISSING
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, check_timeout
 from dadam3.distributed.startup import BACKENDS, init_from_env
 from dadam3.run.divergence import DIVERGE_ABOVE
-from dadam3.errors import ConfigError, named_as
+from dadam3.errors.config import ConfigError, named_as
 from dadam3.gan.wgan_gp import GP_LAMBDA
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import ENGINES, run_synthetic
