@@ -26,9 +26,10 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dadam3.run.boundary import exit_on_failure
+from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import DataFileError, check_writable_file
+from dadam3.errors.files import DataFileError
+from dadam3.run.paths import check_writable_file
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

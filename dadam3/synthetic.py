@@ -38,7 +38,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from dadam3.run.config import CONFIG_DIR, run_cli
-from dadam3.run.boundary import exit_on_failure, failure_of
+from dadam3.errors.boundary import exit_on_failure, failure_of
 from dadam3.errors.config import ConfigError, named_as
 from dadam3.errors.files import writing
 from dadam3.games.synthetic import SyntheticGame
@@ -145,7 +145,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
 
 
 def _failed_status(out_dir: Path, e: BaseException) -> None:
-    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.run.boundary.failure_of`),
+    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.errors.boundary.failure_of`),
     where it can still be written (its disk may be full too)."""
     said = failure_of(e)
     status = {"status": "interrupted", "reason": said[1] if said else f"internal error: {type(e).__name__}: {e}"}
@@ -178,7 +178,7 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
 @exit_on_failure
 def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
     """``python -m dadam3.synthetic``: one run; a refusal, a stop or an environmental failure is
-    one line and its exit status (the boundary: :func:`dadam3.run.boundary.exit_on_failure`)."""
+    one line and its exit status (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
     synthetic_run(cfg, out_dir, stop)
 
 

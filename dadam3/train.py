@@ -38,7 +38,7 @@ from omegaconf import DictConfig
 
 from dadam3.run.config import CONFIG_DIR, run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
-from dadam3.run.boundary import exit_on_failure
+from dadam3.errors.boundary import exit_on_failure
 from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JobLog
 from dadam3.run.build import build_trainer
@@ -69,7 +69,7 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
 @exit_on_failure
 def run(cfg: DictConfig, run_dir: Path) -> None:
     """``python -m dadam3.train``: one run; a refusal, a stop or an environmental failure is one
-    line and its exit status (the boundary: :func:`dadam3.run.boundary.exit_on_failure`)."""
+    line and its exit status (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
     train_run(cfg, run_dir)
 
 

@@ -1,5 +1,5 @@
-"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.run.boundary.failure_of`,
-:func:`dadam3.run.boundary.exit_on_failure`): every environmental failure -- an OSError of any errno,
+"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.errors.boundary.failure_of`,
+:func:`dadam3.errors.boundary.exit_on_failure`): every environmental failure -- an OSError of any errno,
 memory, an undecodable data file, a missing optional package, a stop signal, a second signal
 that a library turned into its own error -- is one line naming the file, key or package, the
 right exit status, and a terminal record where a run directory exists; a bug keeps its
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from dadam3.run import signals
-from dadam3.run.boundary import exit_on_failure, failure_of
+from dadam3.errors.boundary import exit_on_failure, failure_of
 from dadam3.errors.config import ConfigError, needs_package
 from dadam3.errors.files import DataFileError, WriteFailed, writing
 from dadam3.errors.stops import StoppedAtOnce

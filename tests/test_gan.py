@@ -8,7 +8,8 @@ import torch.nn.functional as F
 
 from dadam3.errors.config import ConfigError
 from dadam3.gan import (SequentialNet, StackedNet, build_nets, build_stacked_nets, critic_step,
-                        generator_step, wgan_gp_step, wgan_gp_step_loop)
+                        generator_step, wgan_gp_step)
+from loop_reference import wgan_gp_step_loop
 from stacked_compare import max_abs_differences, named_tensors, stack_module_tensors
 from dadam3.gan.nets import image_size_of
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from dadam3.gan import (StackedNet, VmapNet, build_nets, critic_step, generator_step, stack_nets,
-                        wgan_gp_step, wgan_gp_step_loop)
-from dadam3.gan.loop_reference import LoopReference
+                        wgan_gp_step)
+from loop_reference import LoopReference, wgan_gp_step_loop
 from dadam3.optim import build_optimizer, mixer_for
 from stacked_compare import assert_steps_match_loop, max_abs_differences
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dadam3.run.boundary import failure_of
+from dadam3.errors.boundary import failure_of
 from dadam3.errors.files import DataFileError
 from dadam3.report import read
 

@@ -417,7 +417,7 @@ def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypa
     empty .lock nor the directory the commit created is left behind."""
     import errno
     import dadam3.run.directory as run_dir_module
-    from dadam3.run.boundary import failure_of
+    from dadam3.errors.boundary import failure_of
 
     def full(f):
         raise OSError(errno.ENOSPC, "No space left on device", f.name)

@@ -1,7 +1,7 @@
-"""Files: a path checked before a run writes anything (:func:`check_usable_dir`,
-:func:`check_writable_file`), a write that failed said in a few words (:func:`writing`,
+"""Files: a write that failed, said in a few words (:func:`writing`, :class:`WriteFailed`,
 :func:`write_failure_reason`: the ``OSError``'s errno, else the disk's free space and the
-file-size limit), and a file that cannot be read (:class:`DataFileError`).
+file-size limit), and a file that cannot be read (:class:`DataFileError`). The checks of a path
+before a run writes anything are the run machinery's (:mod:`dadam3.run.paths`).
 """
 from __future__ import annotations
 
@@ -10,41 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from dadam3.errors.config import ConfigError
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
-
-
-def check_usable_dir(key: str, path: Any) -> Path:
-    """``path`` as a directory this process can write into: an existing writable directory, or
-    one it could create (its nearest existing ancestor is a writable directory). Creates nothing."""
-    p = Path(os.path.expanduser(str(path)))
-    if p.exists():
-        if not p.is_dir():
-            raise ConfigError(key, str(path), "exists and is not a directory; choose a directory path")
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise ConfigError(key, str(path), "is not writable by this user; choose another directory")
-        return p
-    ancestor = next(a for a in p.absolute().parents if a.exists())
-    if not ancestor.is_dir():
-        raise ConfigError(key, str(path), f"cannot be created: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(key, str(path), f"cannot be created: {ancestor} is not writable by this user")
-    return p
-
-
-def check_writable_file(key: str, path: Any) -> Path:
-    """``path`` as a file this process can write (its directory usable, see
-    :func:`check_usable_dir`; an existing ``path`` a writable file). Creates nothing."""
-    p = Path(os.path.expanduser(str(path)))
-    if p.is_dir():
-        raise ConfigError(key, str(path), "is a directory; give a file name")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise ConfigError(key, str(path), "exists and is not writable by this user")
-    try:
-        check_usable_dir(key, p.parent)
-    except ConfigError as e:
-        raise ConfigError(key, str(path), f"its directory {e.template}", e.refs) from None
-    return p
 
 
 class DataFileError(RunStopped):

@@ -14,7 +14,7 @@ import logging
 import os
 from functools import partial
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -29,8 +29,8 @@ from dadam3.gan.own_nets import build_net, stack_own_nets
 from dadam3.run.records import Records
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.run.state import NodeNoise, TrainState
-from dadam3.run.trainer import RunContext, RunOutputs, WGANTrainer
+from dadam3.run.state import NodeNoise, RunContext, RunOutputs, TrainState
+from dadam3.run.trainer import WGANTrainer
 from dadam3.gan.vmapped import stack_nets
 from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
 from dadam3.metrics.evaluation import Evaluation, evaluation_hook
@@ -58,35 +58,31 @@ class Where(NamedTuple):
     mixer: Mixer | None              # None: single-node Adam3
 
 
-def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None,
-                  make_generator: Callable[..., torch.Generator] = torch.Generator) -> WGANTrainer:
+def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None) -> WGANTrainer:
     """The trainer of the run ``s``, resumed if asked. With ``placement=distributed`` this process
     holds its rank's block of the M nodes. ``nets``: your own (generator, critic), one node's
     ``nn.Module`` each (the generator maps ``[B, model.nz]`` noise to the data), checked and
     stacked over the nodes as ``model=custom``'s are. ``dir_named``: the user named ``run_dir``
-    (a checkpoint that is no run's own may continue there). ``make_generator(device=...)``: the
-    ``torch.Generator`` of each node's noise stream (:class:`dadam3.run.state.NodeNoise`)."""
+    (a checkpoint that is no run's own may continue there)."""
     check_launch(s)
     check_paths(s)
     where = start_processes(s)
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
     key = "resume" if rd.checkpoint is not None and not rd.new_id else "hydra.run.dir"
     on_every_rank(where.placement, lambda: check_outputs(key, rd.path, rd.replace) if where.placement.is_main else None)
-    state, dataset, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets, make_generator))
+    state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
     logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
-    draws = GeneratorDraws(state.G.in_shape[0], s.seed, where.device, where.dtype)
     grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
-    outputs = RunOutputs(Records(logger, grid, where.placement),
-                         Checkpointer(rd.path, where.placement, s.loop.checkpoint_every, s.config),
+    records = Records(logger, grid, where.placement)
+    if rd.checkpoint is not None:               # the log says where the run continues and what changed
+        records.status(state.iteration, "resumed", state.wall_time(), changed=rd.changed)
+    outputs = RunOutputs(records, Checkpointer(rd.path, where.placement, s.loop.checkpoint_every, s.config),
                          sample_hook(dataset, draws, rd.path / "samples", s.loop.sample_every, logger), evaluate)
     full_G = (stack_nets(state.G.node_module(0), s.nodes, in_shape=state.G.in_shape, out_shape=state.G.out_shape)
               if where.placement.distributed and where.placement.is_main else None)
     run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
                      graphs=s.cuda.graphs)
-    trainer = WGANTrainer(state, s.loop, run, outputs)
-    if rd.checkpoint is not None:
-        trainer.log_resumed(rd.changed)
-    return trainer
+    return WGANTrainer(state, s.loop, run, outputs)
 
 
 def start_processes(s: TrainConfig) -> Where:
@@ -117,10 +113,11 @@ def start_processes(s: TrainConfig) -> Where:
     return Where(placement, device, s.torch_dtype, on_every_rank(placement, mixer))
 
 
-def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
-                make_generator: Callable[..., torch.Generator]) -> tuple[TrainState, object, Evaluation | None]:
+def build_state(s: TrainConfig, rd: RunDir, where: Where,
+                nets: tuple | None) -> tuple[TrainState, object, GeneratorDraws, Evaluation | None]:
     """The run's state (a resume's checkpoint loaded: one that does not fit is refused before
-    the run directory is touched), its data set and evaluation."""
+    the run directory is touched), its data set, what the samples and the evaluation draw from
+    its generator, and the evaluation."""
     o, d, device, dtype = s.optimizer, s.dataset, where.device, where.dtype
     torch.manual_seed(s.seed)
     with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
@@ -129,19 +126,20 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
         check_shards(dataset, s)
         sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
                               seed=s.seed, device=device, prefetch=s.prefetch, node_ids=where.placement.block)
+    noise = NodeNoise(s.seed, where.placement.block, device)      # each node's generator noise, its own stream
     channels_last = s.cuda.channels_last and device.type == "cuda"
     G, D = build_nets(s, len(where.placement.block), dataset.shape, nets, channels_last)
     G, D = G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
     if s.cuda.autotune_layers and device.type == "cuda":       # each convolution's layout by measurement
         autotune_pair(G, D, s.loop.batch_size, autocast=s.loop.autocast == "bf16")
+    draws = GeneratorDraws(G.in_shape[0], s.seed, device, dtype)
     compiled = None if s.cuda.compile_step else False      # None: compiled on CUDA (the optimizers' default)
     opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
                             **o.hparams)
     opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
                             **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
-        evaluate = evaluation_hook(dataset, s.metrics, GeneratorDraws(G.in_shape[0], s.seed, device, dtype))
-    noise = NodeNoise(s.seed, where.placement.block, device, make_generator)
+        evaluate = evaluation_hook(dataset, s.metrics, draws)
     state = TrainState(G, D, opt_g, opt_d, sampler, noise, where.placement.block, where.mixer)
     if rd.checkpoint is not None:
         load_state(state, rd.checkpoint, s.resume)
@@ -149,7 +147,7 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where, nets: tuple | None,
             opt.set_hparams(o.hparams)
     else:
         start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
-    return state, dataset, evaluate
+    return state, dataset, draws, evaluate
 
 
 def build_nets(s: TrainConfig, num_nodes: int, data_shape: tuple, nets: tuple | None, channels_last: bool) -> tuple:

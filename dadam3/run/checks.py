@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from dadam3.errors.config import ConfigError, needs_package
-from dadam3.errors.files import check_usable_dir
+from dadam3.run.paths import check_usable_dir
 from dadam3.metrics.spec import default_cache_dir
 from dadam3.run.schema import TrainConfig
 

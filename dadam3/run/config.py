@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from dadam3.run.boundary import exit_on_failure
+from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
 
 # the configs ship with the package (package data; the repository's top-level configs/ links here)

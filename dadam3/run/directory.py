@@ -46,7 +46,7 @@ from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_i
 from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import check_usable_dir
+from dadam3.run.paths import check_usable_dir
 from dadam3.run.manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
 from dadam3.run.schema import TrainConfig, may_change_on_resume
 

@@ -9,14 +9,16 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.run.boundary import failure_of
+from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import writing
 from dadam3.errors.stops import RunStopped
 
 JOB_LOG = "train.log"
@@ -83,7 +85,7 @@ class JobLog:
         root.removeHandler(self.buffer)
         self.buffer.buffer.clear()
         if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
-            # the traceback behind the entry point's one line (dadam3.run.boundary.failure_of): in the file only
+            # the traceback behind the entry point's one line (dadam3.errors.boundary.failure_of): in the file only
             said = failure_of(exc)
             self.file.handle(logging.getLogger(__name__).makeRecord(
                 __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
@@ -93,18 +95,32 @@ class JobLog:
             self.file.close()
 
 
-def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
-    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), written by the run
-    once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra writes
-    none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the original."""
+def hydra_files(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> dict[Path, str]:
+    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), path -> text: written
+    by the run once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra
+    writes none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the
+    original. None outside a Hydra app."""
     if not HydraConfig.initialized():
-        return
+        return {}
     hc = HydraConfig.get()
     out = run_dir / ".hydra" if resumed_at is None else run_dir / ".hydra" / f"resumed_{resumed_at:08d}"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    (out / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))))
-    (out / "hydra.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False))
+    return {out / "config.yaml": OmegaConf.to_yaml(cfg),
+            out / "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))),
+            out / "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False)}
+
+
+def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
+    """:func:`hydra_files`, written."""
+    write_files(hydra_files(cfg, run_dir, resumed_at))
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Each ``path: text`` written (its directory made); a write that fails is
+    :class:`~dadam3.errors.files.WriteFailed` naming the file."""
+    for path, text in files.items():
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
 
 
 def _git(*args: str) -> str:
@@ -124,16 +140,13 @@ def _code_commit() -> str:
         return UNKNOWN
 
 
-def _save_code_diff(path: Path) -> bool:
-    """The uncommitted changes of the checkout (``git diff HEAD``: what ``+dirty`` stands for) into
-    ``path``; False when git cannot say."""
+def _code_diff() -> str | None:
+    """The uncommitted changes of the checkout (``git diff HEAD``: what ``+dirty`` stands for); None
+    when git cannot say."""
     try:
-        diff = _git("diff", "HEAD", "--binary")
+        return _git("diff", "HEAD", "--binary")
     except (OSError, subprocess.SubprocessError):
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(diff)
-    return True
+        return None
 
 
 def _device_model(device: str) -> str:
@@ -149,26 +162,33 @@ def _device_model(device: str) -> str:
     return platform.processor() or UNKNOWN
 
 
-def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict:
-    """Append this segment of the run (fresh start or resume at ``iteration``) to
-    ``provenance.json``: code commit, torch and Python versions, device model, thread count, and
+def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> None:
+    """:func:`provenance_files`, written."""
+    write_files(provenance_files(run_dir, device, iteration, identity))
+
+
+def provenance_files(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict[Path, str]:
+    """``provenance.json`` with this segment of the run (fresh start or resume at ``iteration``)
+    appended, path -> text: code commit, torch and Python versions, device model, thread count, and
     the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
     key of the identity starts a segment of another one). From a checkout with uncommitted changes
-    (commit ``+dirty``) the diff is saved as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
-    for a resume) and named in the entry (``code_diff``)."""
+    (commit ``+dirty``) the diff goes beside it as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
+    for a resume), named in the entry (``code_diff``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
              "code_commit": _code_commit(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
              "torch_threads": torch.get_num_threads()}
-    if entry["code_commit"].endswith(DIRTY):    # the changes themselves, beside the record that says so
-        diff = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
-        if _save_code_diff(run_dir / diff):
-            entry["code_diff"] = diff.as_posix()
+    files = {}
+    diff = _code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
+    if diff is not None:
+        where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
+        files[run_dir / where] = diff
+        entry["code_diff"] = where.as_posix()
     path = run_dir / PROVENANCE
     try:
         segments = json.loads(path.read_text()) if path.exists() else []
     except (OSError, ValueError):
         segments = []
     segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
-    path.write_text(json.dumps(segments + [entry], indent=1) + "\n")
-    return entry
+    files[path] = json.dumps(segments + [entry], indent=1) + "\n"
+    return files

@@ -173,7 +173,7 @@ class StopSignals:
 def _at_once(signum: int, message: str) -> None:
     """Raise :class:`StoppedAtOnce`, remembered (``StoppedAtOnce.raised``): a library that turns
     it into an error of its own (torch's writer mid-checkpoint) is still said as this stop
-    (:func:`dadam3.errors.files.writing`, :func:`dadam3.run.boundary.failure_of`)."""
+    (:func:`dadam3.errors.files.writing`, :func:`dadam3.errors.boundary.failure_of`)."""
     StoppedAtOnce.raised = StoppedAtOnce(signum, message)
     raise StoppedAtOnce.raised
 

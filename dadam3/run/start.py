@@ -27,9 +27,9 @@ from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
 from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
 from dadam3.run.config import CONFIG_DIR, flatten
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import WriteFailed, writing
+from dadam3.errors.files import WriteFailed
 from dadam3.run.trainer import WGANTrainer
-from dadam3.run.job_log import JOB_LOG, JobLog, record_provenance, write_provenance
+from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
 from dadam3.run.build import build_trainer
 from dadam3.run.schema import TrainConfig, config_error, merged_overrides, train_settings
 from dadam3.run.schema.groups import GROUPS
@@ -47,8 +47,8 @@ def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
     s = train_settings(cfg)
     trainer = build_trainer(s, run_dir, _dir_named(cfg))
     job_log.attach(trainer.run_dir / JOB_LOG)
-    trainer.stop_if_write_failed(_write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main
-                                 else None)
+    failed = _write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main else None
+    trainer.stop_if_write_failed(failed)
     return trainer
 
 
@@ -204,14 +204,14 @@ def _dir_named(cfg: DictConfig) -> bool:
 
 
 def _write_run_files(cfg: DictConfig, resolved: dict, trainer: WGANTrainer) -> WriteFailed | None:
-    """``config_resolved.yaml``, ``.hydra/`` and ``provenance.json``; a write that failed is returned."""
+    """``config_resolved.yaml``, ``.hydra/`` and ``provenance.json``, their contents first, then
+    the writes; a write that failed is returned."""
+    run_dir, k = trainer.run_dir, trainer.state.iteration
+    files = {run_dir / "config_resolved.yaml": OmegaConf.to_yaml(resolved),
+             **hydra_files(cfg, run_dir, resumed_at=k or None),
+             **provenance_files(run_dir, str(trainer.device), k, run_identity(resolved))}
     try:
-        with writing(trainer.run_dir / "config_resolved.yaml"):
-            (trainer.run_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(resolved))
-        with writing(trainer.run_dir / ".hydra"):
-            write_provenance(cfg, trainer.run_dir, resumed_at=trainer.state.iteration or None)
-        with writing(trainer.run_dir / "provenance.json"):
-            record_provenance(trainer.run_dir, str(trainer.device), trainer.state.iteration, run_identity(resolved))
+        write_files(files)
     except WriteFailed as e:
         return e
     return None

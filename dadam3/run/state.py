@@ -6,20 +6,28 @@ processes and the logging window. :meth:`TrainState.state_dict` is everything a 
 continue bit-identically (the global RNG states too) and :meth:`TrainState.load_state_dict`
 takes it back, whatever placement wrote it; what a checkpoint adds around it (its kind, the
 run's config) and how it is split over ranks is :mod:`dadam3.run.checkpoint`'s concern.
+
+Beside it, what the trainer is handed with it: where the run lives (:class:`RunContext`) and what
+it writes (:class:`RunOutputs`).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 
-from dadam3.run.checkpoint import NodeList, capture_rng_state, rank_rows, restore_rng_state
 from dadam3.data.node_sampler import node_seed
-from dadam3.run.records import LoggingWindow
+from dadam3.distributed.placement import Placement
+from dadam3.gan.samples import SampleGrids
 from dadam3.gan.stacked import StackedNet
+from dadam3.metrics.evaluation import Evaluation
 from dadam3.mixing import Mixer
+from dadam3.run.checkpoint import NodeList, capture_rng_state, rank_rows, restore_rng_state
+from dadam3.run.checkpoint.checkpointer import Checkpointer
+from dadam3.run.records import LoggingWindow, Records
 
 NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
 
@@ -102,3 +110,27 @@ class TrainState:
         device = self.noise.device
         self.window = LoggingWindow({k: v.to(device) for k, v in ckpt["window"].items()}, ckpt["window_count"])
         self.iteration, self.elapsed, self.started = ckpt["iteration"], ckpt["elapsed"], time.perf_counter()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a trainer's run lives."""
+
+    run_dir: Path
+    device: torch.device
+    dtype: torch.dtype
+    placement: Placement
+    lock: Any = None                      # the run directory (dadam3.run.directory.RunDir), released at the end
+    full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
+    graphs: bool = False                  # cuda.graphs: the iteration as a replayed CUDA graph
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """What the run writes, each deciding when it is due: records, checkpoints, and optionally
+    sample grids and evaluations."""
+
+    records: Records
+    checkpointer: Checkpointer
+    samples: SampleGrids | None = None
+    evaluate: Evaluation | None = None

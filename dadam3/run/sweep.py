@@ -33,9 +33,9 @@ from dadam3.run.checkpoint import checkpoint_path, load
 from dadam3.run.checkpoint.resume import identity_diff
 from dadam3.run.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
-from dadam3.run.boundary import failure_of
+from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import check_usable_dir
+from dadam3.run.paths import check_usable_dir
 from dadam3.errors.stops import Diverged, RunStopped, stop_report
 from dadam3.run.rewind import parse_record, read_records
 from dadam3.run.directory import note_existing

@@ -20,66 +20,40 @@ records (:class:`dadam3.run.records.Records`, on the logging grid), the evaluati
 (:class:`dadam3.metrics.evaluation.Evaluation`), the sample grids
 (:class:`dadam3.gan.samples.SampleGrids`) and the checkpointer
 (:class:`dadam3.run.checkpoint.checkpointer.Checkpointer`). Finiteness is read before anything is
-written (:mod:`dadam3.gan.finiteness`); stop signals (:mod:`dadam3.run.signals`) end the run
-checkpointed. The run's state is one object, saved and loaded as one
-(:class:`dadam3.run.state.TrainState`).
+written (:mod:`dadam3.gan.finiteness`). The run's state is one object, saved and loaded as one
+(:class:`dadam3.run.state.TrainState`). Early stops: a stop signal after an iteration (checkpoint
+saved; :mod:`dadam3.run.signals`), a write that failed (the previous checkpoint kept): each ends
+the log with an ``interrupted`` record wherever one can still be written, said once, by rank 0.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import signal
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.distributed.failures import DistributedTimeout
-from dadam3.distributed.placement import Placement
-from dadam3.run.divergence import loss_beyond
-from dadam3.run.boundary import failure_of
 from dadam3.errors.files import WriteFailed
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
-from dadam3.run.records import Records, gathered_net
-from dadam3.gan.samples import SampleGrids
 from dadam3.gan.stacked import StackedNet
-from dadam3.run.state import TrainState
-from dadam3.run.stops import RunStops
 from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
-from dadam3.metrics.evaluation import Evaluation
 from dadam3.optim import step_together
+from dadam3.errors.boundary import failure_of
+from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
+from dadam3.run.divergence import loss_beyond
 from dadam3.run.loggers import progress
+from dadam3.run.records import gathered_net
 from dadam3.run.schema import LoopSettings
-from dadam3.run.signals import StopSignals, overdue
+from dadam3.run.signals import Interrupted, StopSignals, overdue
+from dadam3.run.state import RunContext, RunOutputs, TrainState
 
 
-@dataclass(frozen=True)
-class RunContext:
-    """Where a trainer's run lives."""
-
-    run_dir: Path
-    device: torch.device
-    dtype: torch.dtype
-    placement: Placement
-    lock: Any = None                      # the run directory (dadam3.run.directory.RunDir), released at the end
-    full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
-    graphs: bool = False                  # cuda.graphs: the iteration as a replayed CUDA graph
-
-
-@dataclass(frozen=True)
-class RunOutputs:
-    """What the run writes, each deciding when it is due: records, checkpoints, and optionally
-    sample grids and evaluations."""
-
-    records: Records
-    checkpointer: Checkpointer
-    samples: SampleGrids | None = None
-    evaluate: Evaluation | None = None
-
-
-class WGANTrainer(RunStops):
+class WGANTrainer:
     """Trains node-stacked G, D with two node optimizers (one per player) sharing one mixer,
     from the run's ``state`` (:class:`TrainState`), the ``loop`` settings, where the run lives
     (``run``) and what it writes (``outputs``)."""
@@ -214,7 +188,7 @@ class WGANTrainer(RunStops):
             e.iteration = self.state.iteration + 1
             self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
             raise
-        except BaseException as e:               # what the entry point's boundary says (dadam3.run.boundary.failure_of)
+        except BaseException as e:               # what the boundary says (dadam3.errors.boundary.failure_of)
             if not (isinstance(e, RunStopped) and getattr(e, "recorded", False)):   # the trainer's own: recorded
                 said = failure_of(e)
                 what = said[1] if said is not None else f"internal error: {type(e).__name__}: {e}"
@@ -291,10 +265,6 @@ class WGANTrainer(RunStops):
         self.records.status(bad.iteration, "diverged", self.wall_time(), node=bad.node, message=bad.message)
         raise self._agreed(TrainingDiverged(bad.message + kept))
 
-    def log_resumed(self, changed: dict[str, list]) -> None:
-        """The ``resumed`` record: where the run continues and which settings changed."""
-        self.records.status(self.state.iteration, "resumed", self.wall_time(), changed=changed)
-
     def finish(self) -> None:
         """The final ``finished`` record; closes the logger and releases the run directory."""
         self.records.status(self.state.iteration, "finished", self.wall_time())
@@ -304,6 +274,62 @@ class WGANTrainer(RunStops):
 
     def wall_time(self) -> float:
         return self.state.wall_time()
+
+    # ------------------------------------------------------------------ early stops (see the module docstring)
+    def _continue_with(self) -> str:
+        if not checkpoint_path(self.run_dir).is_file():
+            return "start the run again"
+        return f"continue with `{resume_command(self.run_dir)}`"
+
+    def stop_if_write_failed(self, failed: WriteFailed | None) -> None:
+        """Every rank stops alike if a write failed on one (a collective when distributed): the
+        ``interrupted`` record with the reason where it can still be written, one line."""
+        (any_failed,) = self.placement.agree_max([int(failed is not None)])
+        if not any_failed:
+            return
+        if StoppedAtOnce.raised is not None:      # a second signal, not the disk: said as the stop
+            raise StoppedAtOnce.raised
+        path, reason = (failed.path, failed.reason) if failed is not None else (self.run_dir, "on rank 0")
+        self._terminal_record("interrupted", f"write failed: {path}: {reason}")
+        raise self._agreed(WriteFailed(path, f"{reason} at iteration {self.state.iteration}; last checkpoint: "
+                                             f"{self._last_checkpoint()}; free space and {self._continue_with()}"))
+
+    def _checkpoint_failed(self, path: Path, reason: str) -> None:
+        if StoppedAtOnce.raised is not None:      # a second signal during the write, not the disk
+            raise StoppedAtOnce.raised
+        k = self.state.iteration
+        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
+        self._terminal_record("interrupted", reason)
+        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
+                                                f"{self._continue_with()}"))
+
+    def _interrupted(self, signum: int) -> None:
+        """After the checkpoint: the record, then every rank waits for rank 0 to have written it
+        (so the ranks exit together: a launcher sees one clean stop, not a rank gone early)."""
+        name, k = signal.Signals(signum).name, self.state.iteration
+        self.records.status(k, "interrupted", self.wall_time(), signal=name)
+        self.records.logger.finish()
+        self.placement.agree_max([0])
+        raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; {self._continue_with()}",
+                                       signum))
+
+    def _last_checkpoint(self) -> str:
+        path = checkpoint_path(self.run_dir)
+        return str(path) if path.is_file() else "none written yet"
+
+    def _terminal_record(self, status: str, reason: str) -> None:
+        """The log's last record, where it can still be written (its disk may be full too)."""
+        k = self.state.iteration
+        record = {"iteration": k, "status": status, "reason": reason, "time": self.wall_time()}
+        for act in (lambda: self.records.logger.log(record, step=k), self.records.logger.finish):
+            with contextlib.suppress(Exception):        # stderr says the reason in any case
+                act()
+
+    def _agreed(self, stop: RunStopped) -> RunStopped:
+        """A stop every rank agreed on is printed by rank 0 only (its record is written)."""
+        stop.echo = self.placement.is_main
+        stop.recorded = True
+        return stop
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint(self) -> dict[str, Any]:

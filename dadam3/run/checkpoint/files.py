@@ -51,10 +51,12 @@ class NodeList(list):
 
 
 # what a checkpoint may hold beyond torch's plain types (tensors, dicts, lists, numbers, strings):
-# the project's per-node list (also under the module an earlier version defined it in) and numpy
-# arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
+# the project's per-node list (also under the modules earlier versions defined it in: before the
+# run machinery had its package, dadam3.checkpoint.files; before that dadam3.checkpoint.contents)
+# and numpy arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
 # numpy._core, numpy 1 numpy.core)
-SAFE_TYPES: tuple = (NodeList, (NodeList, "dadam3.run.checkpoint.contents.NodeList"),
+EARLIER_NODE_LISTS = ("dadam3.checkpoint.files.NodeList", "dadam3.checkpoint.contents.NodeList")
+SAFE_TYPES: tuple = (NodeList, *((NodeList, name) for name in EARLIER_NODE_LISTS),
                      np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
                      (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"))
 

@@ -1,4 +1,6 @@
-"""Counting what a piece of code dispatches: convolution calls by kind, and bytes moved by ops.
+"""Counting what a piece of code dispatches: convolution calls by kind, and bytes moved by ops (a
+test and benchmark helper, not part of the package: ``tests/`` imports it as ``op_census``,
+``scripts/`` put ``tests/`` on ``sys.path`` for it).
 
 Both are ``TorchDispatchMode``s, so they see the aten ops that autograd actually runs,
 including those of the double backward, on any device (the meta device included).
