@@ -112,7 +112,7 @@ def climbs(root: Path, resume: bool = False) -> dict:
         if event != "call":
             return
         code = frame.f_code
-        if code.co_name == "fit" and code.co_filename == str(root / "gan" / "trainer.py"):
+        if code.co_name == "fit" and code.co_filename == str(root / "run" / "trainer.py"):
             sys.setprofile(None)
             raise Stop
         if code.co_name == "main" and code.co_filename == entry:
