@@ -272,7 +272,8 @@ def test_a_file_size_limit_is_one_line_naming_the_file_and_a_status(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dadam3.synthetic", "iterations=1000", f"hydra.run.dir={run}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=limit)
     assert r.returncode == 1, r.stderr[-2000:]
-    one_line(r.stderr, f"error: write failed: {run / '.hydra'}: File too large (EFBIG)")
+    # the file itself (.hydra/hydra.yaml, the one past 1500 bytes), not its directory
+    one_line(r.stderr, f"error: write failed: {run / '.hydra' / 'hydra.yaml'}: File too large (EFBIG)")
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "interrupted" and "File too large" in status["reason"]
     assert not list(run.glob(".*.tmp"))
