@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dadam3.errors import check_bool
+from dadam3.errors.config import check_bool
 
 
 def set_cuda_flags(tf32: bool, cudnn_benchmark: bool) -> str:

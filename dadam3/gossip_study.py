@@ -38,13 +38,14 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.errors import ConfigError, Diverged
+from dadam3.errors.config import ConfigError
+from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
-from dadam3.job_log import code_commit, record_provenance
+from dadam3.run.job_log import code_commit, record_provenance
 from dadam3.mixing import Mixer
 from dadam3.optim import build_optimizer, mixer_for
-from dadam3.schema import compose, synthetic_settings
+from dadam3.run.schema import compose, synthetic_settings
 from dadam3.synthetic import write_results
 from dadam3.topology import Topology, build_topology, spectral_gap_rho
 

@@ -26,8 +26,10 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dadam3.boundary import exit_on_failure
-from dadam3.errors import ConfigError, DataFileError, check_writable_file
+from dadam3.errors.boundary import exit_on_failure
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import DataFileError
+from dadam3.run.paths import check_writable_file
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -107,7 +109,7 @@ def check_out(out: Path, figure: str) -> None:
 
 def read_records(path: Path) -> list[dict]:
     """A run's ``metrics.jsonl`` records; an empty or corrupt file is a :class:`PlotInputError`."""
-    from dadam3.run_logging import read_jsonl
+    from dadam3.run.loggers import read_jsonl
 
     try:
         recs = read_jsonl(path)
@@ -265,6 +267,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from dadam3.signals import exit_on_signals
+    from dadam3.run.signals import exit_on_signals
     exit_on_signals("while the figure was drawn: nothing more was written")
     main()

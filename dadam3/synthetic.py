@@ -9,18 +9,18 @@ into the Hydra run directory. Example::
     python -m dadam3.synthetic optimizer=dp_oadam iterations=1000000 hydra.run.dir=out/dp
     python -m dadam3.synthetic -m optimizer=dadam3,dp_oadam optimizer.lr=1e-2,1e-1
 
-The run directory follows the trainer's contract (:mod:`dadam3.run_dir`): every check comes
+The run directory follows the trainer's contract (:mod:`dadam3.run.directory`): every check comes
 before anything is written; a directory holding an earlier synthetic run's results is refused
 unless ``overwrite=true`` (which replaces them), one holding a training run's files always;
 a live writer's lock is refused. The exit status always matches ``status.json``: a signal
 that arrives after the last iteration leaves a finished run (exit 0). A ``-m`` sweep runs
 every job (a diverged or refused one is recorded in ``<sweep dir>/sweep_status.jsonl``) and
-ends with the trainer's summary line (:class:`dadam3.sweep.SweepStatus`).
+ends with the trainer's summary line (:class:`dadam3.run.sweep.SweepStatus`).
 """
 from __future__ import annotations
 
 if __name__ == "__main__":          # first: a stop signal while torch, numba and Hydra load is one line
-    from dadam3.signals import during_start_up
+    from dadam3.run.signals import during_start_up
     during_start_up()
 
 import contextlib
@@ -37,20 +37,21 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dadam3.config import CONFIG_DIR, run_cli
-from dadam3.boundary import exit_on_failure, failure_of
-from dadam3.errors import ConfigError, named_as, writing
+from dadam3.run.config import CONFIG_DIR, run_cli
+from dadam3.errors.boundary import exit_on_failure, failure_of
+from dadam3.errors.config import ConfigError, named_as
+from dadam3.errors.files import writing
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
                                         run_synthetic)
 from dadam3.gan.memory import check_bytes
-from dadam3.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance, write_provenance
+from dadam3.run.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run_dir import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
-from dadam3.run_manifest import RUN_FILES, run_files
-from dadam3.schema import SyntheticConfig, check_overrides, synthetic_settings
-from dadam3.signals import Interrupted, StopSignals
-from dadam3.sweep import sweep_job
+from dadam3.run.directory import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run.manifest import RUN_FILES, run_files
+from dadam3.run.schema import SyntheticConfig, check_overrides, synthetic_settings
+from dadam3.run.signals import Interrupted, StopSignals
+from dadam3.run.sweep import sweep_job
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ WRITES = (*RESULTS, JOB_LOG, *SHARED_FILES)   # what a synthetic run writes (its
 def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
     """Every check of the directory a synthetic run writes into, writing nothing: a training
     run's files are refused; an earlier synthetic run's results unless ``overwrite``; what
-    :func:`dadam3.run_dir.check_run_dir` refuses (a live writer's lock, an unusable path, files
+    :func:`dadam3.run.directory.check_run_dir` refuses (a live writer's lock, an unusable path, files
     a run writes in a directory that holds no run or that its run did not write); what is
     replaced is what the earlier run's manifest lists."""
     theirs = run_files(out_dir, WRITES)[1] or ()        # a run's own (no run, or not its own: check_run_dir says so)
@@ -87,7 +88,7 @@ def check_synthetic_dir(out_dir: Path, overwrite: bool) -> RunDir:
 
 def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
     """metrics.csv, then status.json, each written whole (a temporary file renamed into place); a
-    write that fails (full disk, ``ulimit -f``) is :class:`~dadam3.errors.WriteFailed` naming the
+    write that fails (full disk, ``ulimit -f``) is :class:`~dadam3.errors.files.WriteFailed` naming the
     file, its temporary file removed."""
     def table(f) -> None:
         w = csv.writer(f)
@@ -101,7 +102,7 @@ def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
 
 def _write_whole(path: Path, write) -> None:
     """``write(file)`` into ``.<name>.tmp`` beside ``path``, renamed into place; a failure is
-    :class:`~dadam3.errors.WriteFailed` naming ``path``, the temporary file removed."""
+    :class:`~dadam3.errors.files.WriteFailed` naming ``path``, the temporary file removed."""
     tmp = path.parent / f".{path.name}.tmp"
     with writing(path):
         try:
@@ -116,7 +117,7 @@ def _write_whole(path: Path, write) -> None:
 def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:
     """One run: every check, then the directory claimed and its records written, then the game.
     A signal (``stop.signum``, set while ``stop`` is active) ends it as
-    :class:`~dadam3.signals.Interrupted`."""
+    :class:`~dadam3.run.signals.Interrupted`."""
     with JobLog() as job_log:
         s = synthetic_settings(cfg)
         t = s.topology
@@ -134,8 +135,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
             job_log.attach(out_dir / JOB_LOG)
             with writing(out_dir / ".hydra"):
                 write_provenance(cfg, out_dir)
-            with writing(out_dir / PROVENANCE):
-                record_provenance(out_dir, "cpu", 0)      # the code's commit (+ code.diff when dirty)
+            record_provenance(out_dir, "cpu", 0)          # the code's commit (+ code.diff when dirty)
             return _play(s, out_dir, stop)
         except BaseException as e:
             if not isinstance(e, (SyntheticDiverged, Interrupted, ConfigError)):   # written, or a refusal
@@ -146,7 +146,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
 
 
 def _failed_status(out_dir: Path, e: BaseException) -> None:
-    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.boundary.failure_of`),
+    """status.json ``interrupted`` with the line the boundary says (:func:`dadam3.errors.boundary.failure_of`),
     where it can still be written (its disk may be full too)."""
     said = failure_of(e)
     status = {"status": "interrupted", "reason": said[1] if said else f"internal error: {type(e).__name__}: {e}"}
@@ -179,7 +179,7 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
 @exit_on_failure
 def run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> None:
     """``python -m dadam3.synthetic``: one run; a refusal, a stop or an environmental failure is
-    one line and its exit status (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
+    one line and its exit status (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
     synthetic_run(cfg, out_dir, stop)
 
 

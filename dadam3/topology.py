@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dadam3.errors import ConfigError, check_int
+from dadam3.errors.config import ConfigError, check_int
 from dadam3.topology_checks import make_doubly_stochastic, spectral_gap_rho, validate
 
 
@@ -43,7 +43,7 @@ class Builder:
 
 
 # name -> Builder: the ONE list of topologies. The schema's allowed names
-# (dadam3/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
+# (dadam3/run/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
 # function decorated with @topology here and a YAML file configs/topology/NAME.yaml.
 TOPOLOGIES: dict[str, Builder] = {}
 

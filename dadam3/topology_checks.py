@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """``python -m dadam3.train``: simulated multi-node WGAN-GP training (Section 5.2-5.3).
 
-The config is checked once into :class:`dadam3.schema.TrainConfig` (the settings); the run is
-started from it by :func:`dadam3.train_start.start_run` (the trainer built by
-:func:`dadam3.run_build.build_trainer`, re-exported here, then the run directory's records)
-and trained by :class:`dadam3.gan.trainer.WGANTrainer`.
+The config is checked once into :class:`dadam3.run.schema.TrainConfig` (the settings); the run is
+started from it by :func:`dadam3.run.start.start_run` (the trainer built by
+:func:`dadam3.run.build.build_trainer`, re-exported here, then the run directory's records)
+and trained by :class:`dadam3.run.trainer.WGANTrainer`.
 Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged iteration),
 ``samples/`` (PNG grids from a fixed noise batch, per node and for the node-averaged model),
 ``checkpoints/last.pt``, ``config_resolved.yaml`` and ``.hydra/``. Examples::
@@ -14,13 +14,13 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
 
 A resume needs no more than ``resume=DIR`` (or a checkpoint file): the run's configuration comes from
-its checkpoint (:func:`dadam3.train_start.resumed_config`), and only keys given on the command line
+its checkpoint (:func:`dadam3.run.start.resumed_config`), and only keys given on the command line
 change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
 
 if __name__ == "__main__":          # first: a stop signal while torch and Hydra load is one line
-    from dadam3.signals import during_start_up
+    from dadam3.run.signals import during_start_up
     during_start_up()
     import os
     if os.environ.get("WORLD_SIZE"):  # a rank: c10d's C++ log (stack frames) says nothing our one line does not
@@ -36,17 +36,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dadam3.config import CONFIG_DIR, run_cli
+from dadam3.run.config import CONFIG_DIR, run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
-from dadam3.boundary import exit_on_failure
-from dadam3.gan.trainer import WGANTrainer
-from dadam3.job_log import JobLog
-from dadam3.run_build import build_trainer
-from dadam3.run_dir import discard_if_unused
-from dadam3.schema import check_overrides
-from dadam3.signals import StopSignals
-from dadam3.sweep import sweep_job
-from dadam3.train_start import resume_argv, start_run
+from dadam3.errors.boundary import exit_on_failure
+from dadam3.run.trainer import WGANTrainer
+from dadam3.run.job_log import JobLog
+from dadam3.run.build import build_trainer
+from dadam3.run.directory import discard_if_unused
+from dadam3.run.schema import check_overrides
+from dadam3.run.signals import StopSignals
+from dadam3.run.sweep import sweep_job
+from dadam3.run.start import resume_argv, start_run
 
 __all__ = ["build_trainer", "main", "run", "train_run"]
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
 @exit_on_failure
 def run(cfg: DictConfig, run_dir: Path) -> None:
     """``python -m dadam3.train``: one run; a refusal, a stop or an environmental failure is one
-    line and its exit status (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
+    line and its exit status (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
     train_run(cfg, run_dir)
 
 

@@ -24,8 +24,8 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   and went out again for the next piece: climbs(F) = max(0, calls(F) - 1), summed over the
   frames. With ``--resume`` the same walk is traced for ``resume=<that run> loop.iterations=2``
   after the run went to its end (``climbs_on_resume``; a resume composes the run's own
-  config first). The same count for the frames of the build modules (``dadam3/run_build.py``
-  and ``dadam3/train_start.py``, where the set-up lives after the change) is printed beside it
+  config first). The same count for the frames of the build modules (``dadam3/run/build.py``
+  and ``dadam3/run/start.py``, where the set-up lives after the change) is printed beside it
   (``climbs_into_builders``): before the change they ran in train.py's frames and counted
   there, so ``climbs + climbs_into_builders`` is the like-for-like total.
 * ``step_files`` (with ``--step``; issue 35 point 1): the files of ``dadam3/`` whose Python code
@@ -53,7 +53,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 OVERRIDES = ["experiment=toy_gaussians", "nodes=2", "model.hidden=8", "loop.batch_size=4", "loop.iterations=1",
              "loop.n_critic=1", "metrics.samples=20", "loop.progress=false", "device=cpu", "threads=1"]
-BUILDERS = ("run_build.py", "train_start.py")
+BUILDERS = ("run/build.py", "run/start.py")
 
 
 def layering(root: Path):
@@ -112,7 +112,7 @@ def climbs(root: Path, resume: bool = False) -> dict:
         if event != "call":
             return
         code = frame.f_code
-        if code.co_name == "fit" and code.co_filename == str(root / "gan" / "trainer.py"):
+        if code.co_name == "fit" and code.co_filename == str(root / "run" / "trainer.py"):
             sys.setprofile(None)
             raise Stop
         if code.co_name == "main" and code.co_filename == entry:

@@ -104,8 +104,8 @@ def _train_rank(rank: int, world: int, port: int, a: dict, out: str) -> None:
                  if world else [])
     from hydra import compose, initialize_config_dir
 
-    from dadam3.config import CONFIG_DIR
-    from dadam3.schema import train_settings
+    from dadam3.run.config import CONFIG_DIR
+    from dadam3.run.schema import train_settings
     from dadam3.train import build_trainer
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):

@@ -53,15 +53,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))    # the test helpers below
 
 from dadam3.cuda_flags import set_cuda_flags
 from dadam3.gan.layer_autotune import autotune_pair
-from dadam3.gan.loop_reference import LoopReference
-from dadam3.gan.op_census import ByteCensus, ConvCensus
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.wgan_gp import wgan_gp_step
 from dadam3.optim import build_optimizer, mixer_for, optimizer_spec, step_together
 from dadam3.optim.engines import Eager
+from loop_reference import LoopReference
+from op_census import ByteCensus, ConvCensus
 
 ARCH, CHANNELS, NZ, SIZE = "dcgan32", 3, 100, 32
 HPARAMS = optimizer_spec("dadam3").check_hparams({})   # the class's defaults: Table 6 ("Training Parameters")

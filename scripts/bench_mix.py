@@ -8,7 +8,7 @@ CPU), float32, M rows each, mixed by ``LocalMixer.mix`` with the run's topology 
 For each M it prints, per kernel:
 
 * ``kernels``: on CUDA, the device kernels one mix launches (torch.profiler); ``ops`` and
-  ``bytes``: the op census (:class:`dadam3.gan.op_census.ByteCensus`) of one mix, bytes against
+  ``bytes``: the op census (``tests/op_census.py``: ``ByteCensus``) of one mix, bytes against
   the floor ``2 · M · P · 4`` (every row read once, written once). On the CPU the census of
   the CUDA dispatch is taken on fake CUDA tensors (``FakeTensorMode``: what the mixer hands to
   the device, without one); the CPU's numba kernel does not run under a dispatch mode;
@@ -33,11 +33,12 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))    # the test helpers below
 
-from dadam3.gan.op_census import ByteCensus
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.mixing import LocalMixer, ieee_fp32_matmul
 from dadam3.topology import build_topology
+from op_census import ByteCensus
 
 
 def player_sizes(width: float) -> list[int]:

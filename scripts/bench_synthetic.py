@@ -26,7 +26,7 @@ import torch
 
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import run_synthetic
-from dadam3.schema import compose, synthetic_settings
+from dadam3.run.schema import compose, synthetic_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -32,12 +32,12 @@ fi
 if [ -n "${ITERATIONS:-}" ]; then extra+=("loop.iterations=$ITERATIONS"); fi
 
 # finished_short DIR: the run finished at fewer than $ITERATIONS iterations (so it can go on) and its
-# log holds no non-finite or out-of-bound loss (dadam3.divergence.run_breach: such a run diverged)
+# log holds no non-finite or out-of-bound loss (dadam3.run.divergence.run_breach: such a run diverged)
 finished_short() {
   [ -n "${ITERATIONS:-}" ] && [ -f "$1/checkpoints/last.pt" ] && "$PY" - "$1/metrics.jsonl" "$ITERATIONS" <<'PYEOF'
 import sys
-from dadam3.divergence import run_breach
-from dadam3.log_rewind import read_records
+from dadam3.run.divergence import run_breach
+from dadam3.run.rewind import read_records
 records = read_records(sys.argv[1])
 last = records[-1] if records else None
 sys.exit(0 if last and last.get("status") == "finished" and last.get("iteration", 0) < int(sys.argv[2])

@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from dadam3.config import group_choices
+from dadam3.run.config import group_choices
 from dadam3.optim import OPTIMIZERS
-from dadam3.schema import compose, synthetic_settings, train_settings
+from dadam3.run.schema import compose, synthetic_settings, train_settings
 
 TABLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "optimizer_hparams_by_preset.json"
 GAME_C = (10, 3)

@@ -5,12 +5,12 @@ declare -A LABEL=([adam3]=Adam3 [oadagrad]=OAdagrad [dadam3]=Dadam3 [cadam3]=Cad
 
 # diverged DIR: the run's log says it diverged: its last record (a NaN/Inf stop, loop.diverge_above), or a
 # non-finite, out-of-bound or frozen loss anywhere in it whatever its last record says (as the report and a
-# rerun sweep read it: dadam3.divergence.run_breach)
+# rerun sweep read it: dadam3.run.divergence.run_breach)
 diverged() {
   [ -f "$1/metrics.jsonl" ] && "$PY" - "$1/metrics.jsonl" <<'PYEOF'
 import sys
-from dadam3.divergence import run_breach
-from dadam3.log_rewind import read_records
+from dadam3.run.divergence import run_breach
+from dadam3.run.rewind import read_records
 sys.exit(0 if run_breach(read_records(sys.argv[1])) is not None else 1)
 PYEOF
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 
 def inception_score_from_probs(probs: Tensor, splits: int = 10) -> tuple[float, float]:

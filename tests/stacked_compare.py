@@ -1,5 +1,5 @@
 """Comparing a node-stacked net with the M ordinary modules it was built from (or that
-:class:`dadam3.gan.loop_reference.LoopReference` trains): their tensors by name, the largest
+:class:`loop_reference.LoopReference` trains): their tensors by name, the largest
 difference per tensor, and steps of the batched WGAN-GP iteration against the loop's."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 import torch
 import torch.nn as nn
 
-from dadam3.gan.loop_reference import LoopReference
+from loop_reference import LoopReference
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import wgan_gp_step
 

@@ -1,5 +1,5 @@
-"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.boundary.failure_of`,
-:func:`dadam3.boundary.exit_on_failure`): every environmental failure -- an OSError of any errno,
+"""The entry points' one boundary (issue 33 point 4: :func:`dadam3.errors.boundary.failure_of`,
+:func:`dadam3.errors.boundary.exit_on_failure`): every environmental failure -- an OSError of any errno,
 memory, an undecodable data file, a missing optional package, a stop signal, a second signal
 that a library turned into its own error -- is one line naming the file, key or package, the
 right exit status, and a terminal record where a run directory exists; a bug keeps its
@@ -12,11 +12,13 @@ import time
 
 import pytest
 
-from dadam3 import signals
-from dadam3.boundary import exit_on_failure, failure_of
-from dadam3.errors import ConfigError, DataFileError, StoppedAtOnce, WriteFailed, needs_package, writing
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import train_settings
+from dadam3.run import signals
+from dadam3.errors.boundary import exit_on_failure, failure_of
+from dadam3.errors.config import ConfigError, needs_package
+from dadam3.errors.files import DataFileError, WriteFailed, writing
+from dadam3.errors.stops import StoppedAtOnce
+from dadam3.run.loggers import read_jsonl
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import SMALL, TOY, cli, config, one_line
@@ -240,7 +242,7 @@ def test_a_stop_between_jobs_is_forwarded_to_the_sweeps_job_processes(tmp_path):
 
 
 def test_the_traceback_behind_the_one_line_goes_to_the_job_log_only(tmp_path, capsys):
-    from dadam3.job_log import JobLog
+    from dadam3.run.job_log import JobLog
     with pytest.raises(OSError), JobLog() as job_log:
         job_log.attach(tmp_path / "train.log")
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x"))

@@ -1,15 +1,16 @@
 import pickle
 import random
+import zipfile
 
 import numpy as np
 import pytest
 import torch
 
-from dadam3 import checkpoint as ckpt
-from dadam3.checkpoint import files
-from dadam3.checkpoint.resume import check_checkpoint
-from dadam3.errors import ConfigError
-from dadam3.run_dir import check_run_dir
+from dadam3.run import checkpoint as ckpt
+from dadam3.run.checkpoint import files
+from dadam3.run.checkpoint.resume import check_checkpoint
+from dadam3.errors.config import ConfigError
+from dadam3.run.directory import check_run_dir
 
 
 def _draw() -> tuple:
@@ -191,6 +192,25 @@ def test_a_checkpoint_without_checksum_loads_as_data_with_a_warning(tmp_path, ca
     assert [r.getMessage() for r in caplog.records if "not verified" in r.getMessage()] == [
         f"{path} has no last.pt.sha256 (written before checkpoints had checksums, or it was removed): loaded as data "
         "(weights_only) but not verified"]
+
+
+@pytest.mark.parametrize("earlier", files.EARLIER_NODE_LISTS)
+def test_a_checkpoint_of_an_earlier_module_layout_still_loads(tmp_path, earlier):
+    """NodeList pickled under the module an earlier version defined it in (before dadam3/run/) loads
+    as data, as today's NodeList; the file is today's, its class path rewritten."""
+    path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
+    with zipfile.ZipFile(path) as z:
+        entries = {i: z.read(i) for i in z.infolist()}
+    today = f"{ckpt.NodeList.__module__}\nNodeList".encode()
+    pkl = next(i for i in entries if i.filename.endswith("data.pkl"))
+    assert today in entries[pkl]
+    entries[pkl] = entries[pkl].replace(today, earlier.replace(".NodeList", "\nNodeList").encode())
+    with zipfile.ZipFile(path, "w") as z:
+        for info, data in entries.items():
+            z.writestr(info, data)
+    files.checksum_path(path).unlink()       # an earlier version's file: no checksum of today's bytes
+    loaded = ckpt.load(path)
+    assert type(loaded["noise"]) is ckpt.NodeList and [t.tolist() for t in loaded["noise"]] == [[0.0, 0.0]]
 
 
 def test_the_checksum_file_verifies_the_file_on_disk_after_each_save(tmp_path):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import dadam3.gan.trainer as trainer_mod
+import dadam3.run.trainer as trainer_mod
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.nets import build_nets
 from dadam3.gan.stacked import StackedNet
@@ -72,7 +72,7 @@ def test_bound_between_norms_clips_only_the_nodes_above_it():
 
 def test_schema_refuses_a_negative_bound():
     with pytest.raises(Exception, match="loop.clip_grad_norm"):
-        from dadam3.schema import train_settings
+        from dadam3.run.schema import train_settings
         train_settings(config(TOY + ["loop.clip_grad_norm=-1"]))
 
 

@@ -1,5 +1,5 @@
 """The configs ship with the package (issue 35 point 4): ``dadam3/configs/`` is package data, found
-through the package (:data:`dadam3.config.CONFIG_DIR`), and the top-level ``configs`` is a link
+through the package (:data:`dadam3.run.config.CONFIG_DIR`), and the top-level ``configs`` is a link
 to it. A non-editable install of one built wheel into a fresh virtual environment (the shared
 venv's packages reachable through a ``.pth`` file, so nothing is downloaded; the editable
 install's finder is not), run from another directory, trains ``dataset=fake`` for two
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dadam3.config import CONFIG_DIR
+from dadam3.run.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["dataset=fake", "dataset.length=16", "model=dcgan32", "model.width=0.03125", "nodes=2", "loop.batch_size=2",
@@ -59,8 +59,8 @@ def installed(tmp_path_factory):
 def test_a_wheel_installed_elsewhere_trains_and_runs_the_synthetic_game(installed):
     python, env, cwd, site = installed
     run = dict(capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
-    where = subprocess.run([python, "-c", "import dadam3, dadam3.config as c; print(dadam3.__file__, c.CONFIG_DIR)"],
-                           **run)
+    where = subprocess.run([python, "-c",
+                            "import dadam3, dadam3.run.config as c; print(dadam3.__file__, c.CONFIG_DIR)"], **run)
     assert where.stdout.split() == [str(site / "dadam3" / "__init__.py"), str(site / "dadam3" / "configs")], where
     r = subprocess.run([python, "-m", "dadam3.train", *TRAIN, f"hydra.run.dir={cwd / 'train'}"], **run)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

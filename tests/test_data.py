@@ -17,8 +17,8 @@ from torchvision import transforms
 
 from dadam3.data import (DecodedImages, FakeImages, GaussianRing, NodeSampler, TensorImages,
                          build_dataset, mode_metrics, ring_centers)
-from dadam3.errors import ConfigError
-from dadam3.schema import train_settings
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import config

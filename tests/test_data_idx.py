@@ -19,8 +19,8 @@ from torchvision import transforms
 
 from dadam3.data import TensorImages, build_dataset
 from dadam3.data.idx import IdxError, read_idx, write_idx
-from dadam3.errors import ConfigError
-from dadam3.schema import compose
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema import compose
 
 torch.set_num_threads(1)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dadam3.checkpoint import checkpoint_path, load
-from dadam3.run_logging import read_jsonl
+from dadam3.run.checkpoint import checkpoint_path, load
+from dadam3.run.loggers import read_jsonl
 
 from test_ordered_mix import TOY
 

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from dadam3.distributed import DistributedMixer, exit_on_peer_failure, init_from_env, node_blocks, shutdown
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer
 from dadam3.topology import build_topology

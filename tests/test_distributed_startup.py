@@ -1,4 +1,4 @@
-"""A distributed run's start-up (:mod:`dadam3.distributed.startup`, :mod:`dadam3.run_checks`):
+"""A distributed run's start-up (:mod:`dadam3.distributed.startup`, :mod:`dadam3.run.checks`):
 a rank alone, ranks started with different configs, an occupied MASTER_PORT and torchrun
 without ``placement=distributed`` are each one line before training; real processes."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dadam3.errors import ConfigError
-from dadam3.schema import train_settings
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from test_distributed_mixer import _free_port

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dadam3.checkpoint import checkpoint_path, load
-from dadam3.run_logging import read_jsonl
+from dadam3.run.checkpoint import checkpoint_path, load
+from dadam3.run.loggers import read_jsonl
 
 from trainer_runs import train
 
@@ -149,7 +149,7 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
 # sets the critic's first parameter of its first node (node 3 of 0..4) to NaN.
 POISON_RANK_1 = """
 import os, runpy, sys, torch
-import dadam3.gan.trainer as trainer
+import dadam3.run.trainer as trainer
 real, calls = trainer.wgan_gp_step, [0]
 def poisoned(G, D, *args, **kw):
     calls[0] += 1

@@ -1,9 +1,9 @@
-"""loop.diverge_above (dadam3/divergence.py) in the trainer: a run whose logged loss passes the
+"""loop.diverge_above (dadam3/run/divergence.py) in the trainer: a run whose logged loss passes the
 bound stops, naming node and iteration, before the record is written."""
 import pytest
 
 from dadam3.gan.finiteness import TrainingDiverged
-from dadam3.run_logging import read_jsonl
+from dadam3.run.loggers import read_jsonl
 from trainer_runs import TOY, train
 
 

@@ -5,8 +5,9 @@ here: the renaming itself, and the train entry point saying each builder's error
 config's keys, before anything is written."""
 import pytest
 
-from dadam3.errors import ConfigError, RunStopped, check_range, named_as
-from dadam3.schema import train_settings
+from dadam3.errors.config import ConfigError, check_range, named_as
+from dadam3.errors.stops import RunStopped
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 from trainer_runs import config
 

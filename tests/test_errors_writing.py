@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from dadam3.checkpoint import atomic_save, checkpoint_path
-from dadam3.errors import WriteFailed, writing
-from dadam3.run_logging import JsonlLogger, read_jsonl
+from dadam3.run.checkpoint import atomic_save, checkpoint_path
+from dadam3.errors.files import WriteFailed, writing
+from dadam3.run.loggers import JsonlLogger, read_jsonl
 
 from trainer_runs import SMALL, TOY, cli, one_line
 
@@ -188,7 +188,7 @@ def test_job_log_past_the_file_size_limit_is_one_line(tmp_path):
         import logging, resource, signal, sys
         from pathlib import Path
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        from dadam3.job_log import JobLog
+        from dadam3.run.job_log import JobLog
         resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
         logging.getLogger().setLevel(logging.INFO)
         with JobLog() as job_log:

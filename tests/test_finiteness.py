@@ -3,9 +3,9 @@ record name the same iteration."""
 import pytest
 import torch
 
-import dadam3.gan.trainer as trainer_mod
+import dadam3.run.trainer as trainer_mod
 from dadam3.gan.finiteness import TrainingDiverged
-from dadam3.run_logging import read_jsonl
+from dadam3.run.loggers import read_jsonl
 
 from trainer_runs import TOY, train
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dadam3.data import TensorImages, build_dataset
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.metrics import fidelity as fdl
 from dadam3.metrics import fmnist_classifier as fc
 from dadam3.metrics import images as img
@@ -234,7 +234,7 @@ def test_metric_arg_checks_apply_to_fixed_images(subset) -> None:
 def test_evaluation_hook_scores_every_node_and_the_averaged_model(tmp_path) -> None:
     """The hook (metrics/evaluation.py, fed by gan/samples.py's GeneratorDraws) equals
     fidelity_metrics called by hand on each node's generator and on the node-averaged one."""
-    from dadam3.schema import train_settings
+    from dadam3.run.schema import train_settings
     from dadam3.train import build_trainer
     from trainer_runs import config
 

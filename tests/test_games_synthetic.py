@@ -3,11 +3,11 @@ optimizers step by step, and the paper's claim at reduced N."""
 import numpy as np
 import pytest
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import TARGET_ERROR, run_synthetic
-from dadam3.schema import compose, synthetic_settings
+from dadam3.run.schema import compose, synthetic_settings
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
 PAPER = dict(lr=1e-2, beta1=0.0, beta2=1 / (1 + 1010.0 ** 2), beta3=0.1)

@@ -6,9 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan import (SequentialNet, StackedNet, build_nets, build_stacked_nets, critic_step,
-                        generator_step, wgan_gp_step, wgan_gp_step_loop)
+                        generator_step, wgan_gp_step)
+from loop_reference import wgan_gp_step_loop
 from stacked_compare import max_abs_differences, named_tensors, stack_module_tensors
 from dadam3.gan.nets import image_size_of
 
@@ -383,7 +384,7 @@ def test_channels_last_stacked_step_equals_the_default_layout(arch):
 @pytest.mark.parametrize("overrides", [[], ["model=dcgan64", "dataset=celeba"], ["model=mlp", "dataset=gaussians"]])
 def test_build_nets_without_options_builds_what_the_config_builds(overrides):
     """One source for every default (issue 27 point 4): ``build_nets(arch)`` is ``model=arch``'s nets."""
-    from dadam3.schema import compose, train_settings
+    from dadam3.run.schema import compose, train_settings
     s = train_settings(compose("train", ["device=cpu", *overrides]))
     images = dict(channels=3) if s.dataset.is_images else {}
     torch.manual_seed(0)

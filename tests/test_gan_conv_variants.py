@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from dadam3.gan.conv_variants import VARIANTS, stacked_conv2d, stacked_conv_transpose2d
-from dadam3.gan.op_census import ConvCensus
+from op_census import ConvCensus
 from dadam3.gan.stacked import StackedConv2d, StackedConvTranspose2d, build_stacked_nets
 from dadam3.gan.wgan_gp import wgan_gp_step
 

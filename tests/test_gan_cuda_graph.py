@@ -12,12 +12,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, capture_obstacle, iteration_obstacle
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.gan.trainer import RunOutputs, WGANTrainer
-from dadam3.run_build import build_trainer
-from dadam3.schema import train_settings
+from dadam3.run.state import RunOutputs
+from dadam3.run.trainer import WGANTrainer
+from dadam3.run.build import build_trainer
+from dadam3.run.schema import train_settings
 from dadam3.gan.wgan_gp import wgan_gp_step
 from trainer_runs import TOY, config, train
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from dadam3.gan.grouped_conv import GroupedConv2dFunction, grouped_conv2d
-from dadam3.gan.op_census import ConvCensus
+from op_census import ConvCensus
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.vmapped import VmapNet
 from dadam3.gan.wgan_gp import wgan_gp_step

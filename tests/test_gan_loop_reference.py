@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dadam3.gan import build_stacked_nets
-from dadam3.gan.loop_reference import LoopReference
+from loop_reference import LoopReference
 from dadam3.optim import build_optimizer, mixer_for
 from stacked_compare import assert_steps_match_loop
 

@@ -42,7 +42,7 @@ Unchecked, and why:
   PNG and scatter-plot writing, ``mode_metrics`` (it moves samples to the CPU first),
   ``torch.save`` of the checkpoint, the inception score (torch-fidelity, weights);
 * the CUDA noise generator: ``torch.Generator(device="cuda")`` needs a driver, so the
-  trainer is built with ``build_trainer(make_generator=...)`` handing out a CPU generator
+  noise streams (``NodeNoise``) are built with ``make_generator`` handing out a CPU generator
   here, and fake tensors do not check a generator's device (real torch would refuse a CPU generator for a CUDA draw);
   CUDA RNG states in checkpoints (``torch.cuda`` reports no device); the settings' own check
   (``device=cuda`` is refused without CUDA: the settings are composed for the CPU and their
@@ -64,6 +64,7 @@ Unchecked, and why:
 from __future__ import annotations
 
 import copy
+import functools
 import types
 from pathlib import Path
 
@@ -81,14 +82,14 @@ except ImportError:
 
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
-import dadam3.gan.state as state_mod
-import dadam3.gan.trainer as trainer_mod
-import dadam3.run_build as build_mod
-from dadam3.config import CONFIG_DIR
+import dadam3.run.state as state_mod
+import dadam3.run.trainer as trainer_mod
+import dadam3.run.build as build_mod
+from dadam3.run.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.gan.cuda_graph import IterationGraph
 from dadam3.ordered_mix import RoundTerms
-from dadam3.schema import train_settings
+from dadam3.run.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report
 M = 3
@@ -184,6 +185,7 @@ def fake_cuda(monkeypatch):
     be = torch.backends
     saved = be.cuda.matmul.fp32_precision, be.cudnn.conv.fp32_precision, be.cudnn.benchmark
     monkeypatch.setattr(build_mod, "build_stacked_nets", outside_fake(build_mod.build_stacked_nets))
+    monkeypatch.setattr(build_mod, "NodeNoise", functools.partial(build_mod.NodeNoise, make_generator=h.make_generator))
     monkeypatch.setattr(stacked_mod, "copy", types.SimpleNamespace(deepcopy=outside_fake(copy.deepcopy)))
     monkeypatch.setattr(finiteness_mod, "first_false", h.first_false)
     monkeypatch.setattr(state_mod, "capture_rng_state", outside_fake(state_mod.capture_rng_state))
@@ -222,7 +224,7 @@ def state_tensors(trainer):
 def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_per_step):
     h = fake_cuda
     s = cuda_settings(IMAGES + overrides)
-    t = build_mod.build_trainer(s, tmp_path / "run", make_generator=h.make_generator)
+    t = build_mod.build_trainer(s, tmp_path / "run")
     assert torch.backends.cuda.matmul.fp32_precision == "tf32"          # the CUDA branch set the flags
     assert on_cuda(*state_tensors(t)) and t.sampler.dataset.device.type == "cuda"
     assert on_cuda(t.sampler.next_batch())
@@ -247,7 +249,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
     assert h.images[0][2] == (3, 8 * (size + 2) + 2, 8 * (size + 2) + 2)
 
     ckpt = t.checkpoint()
-    fresh = build_mod.build_trainer(s, tmp_path / "fresh", make_generator=h.make_generator)
+    fresh = build_mod.build_trainer(s, tmp_path / "fresh")
     fresh.state.load_state_dict(ckpt)
     assert fresh.state.iteration == t.state.iteration and fresh.opt_g.k == 2
     for a, b in ((t.G, fresh.G), (t.D, fresh.D), (t.opt_g, fresh.opt_g), (t.opt_d, fresh.opt_d)):
@@ -267,7 +269,7 @@ def test_training_iterations_on_fake_cuda(fake_cuda, tmp_path, overrides, grads_
 def test_mlp_step_and_mode_coverage_on_fake_cuda(fake_cuda, tmp_path):
     """The 2-D toy run: a step of the MLP pair, then mode coverage, whose device work (every
     node's samples and the averaged model's) runs before it counts modes on the CPU."""
-    t = build_mod.build_trainer(cuda_settings(TOY), tmp_path, make_generator=fake_cuda.make_generator)
+    t = build_mod.build_trainer(cuda_settings(TOY), tmp_path)
     out = t.train_step()
     assert on_cuda(*out.values(), *state_tensors(t))
     with pytest.raises((DynamicOutputShapeException, DataDependentOutputException)) as err:
@@ -287,8 +289,7 @@ def test_preloaded_images_are_served_on_fake_cuda(fake_cuda):
 def test_the_harness_catches_device_mismatches(fake_cuda, tmp_path, monkeypatch):
     """eps drawn on the CPU (the kind of bug this file is for) fails the step; so does a
     CPU leaf in a graph handed to autograd."""
-    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32"]), tmp_path,
-                                make_generator=fake_cuda.make_generator)
+    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32"]), tmp_path)
     draw = trainer_mod.WGANTrainer._draw
 
     def eps_on_cpu(self):
@@ -311,8 +312,7 @@ def test_captured_iteration_logic_on_fake_cuda(fake_cuda, tmp_path):
     scalars written before each replay into the same device tensor the graph reads — all on
     cuda, and nothing reads a value on the host (a fake tensor has none: it would raise)."""
     h = fake_cuda
-    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32", "optimizer=dadam3"]), tmp_path / "run",
-                                make_generator=h.make_generator)
+    t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32", "optimizer=dadam3"]), tmp_path / "run")
     t.iteration_graph = IterationGraph(t._iteration, t._draw, (t.G, t.D), (t.opt_d, t.opt_g), t.state.mixer,
                                        warmup=1, emulate=True)
     scalars = []

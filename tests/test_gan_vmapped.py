@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from dadam3.gan import (StackedNet, VmapNet, build_nets, critic_step, generator_step, stack_nets,
-                        wgan_gp_step, wgan_gp_step_loop)
-from dadam3.gan.loop_reference import LoopReference
+                        wgan_gp_step)
+from loop_reference import LoopReference, wgan_gp_step_loop
 from dadam3.optim import build_optimizer, mixer_for
 from stacked_compare import assert_steps_match_loop, max_abs_differences
 
@@ -235,7 +235,7 @@ def test_random_ops_follow_the_randomness_policy():
 def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypatch):
     """The toy-Gaussian run with VmapNet pairs of the same MLPs: the trainer, samplers, metrics,
     gossip and checkpoints unchanged; the result equals the StackedNet run's."""
-    import dadam3.run_build as build_mod
+    import dadam3.run.build as build_mod
     from trainer_runs import TOY, train
 
     stacked_build = build_mod.build_stacked_nets

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from dadam3 import gossip_study as gs
 from dadam3.optim import mixer_for
-from dadam3.schema import compose
+from dadam3.run.schema import compose
 from dadam3.topology import build_topology, spectral_gap_rho
 
 ROOT = Path(__file__).resolve().parent.parent

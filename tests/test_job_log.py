@@ -1,4 +1,4 @@
-"""dadam3.job_log: a run's provenance reads the code's git commit without writing into the
+"""dadam3.run.job_log: a run's provenance reads the code's git commit without writing into the
 user's repository (``git status`` refreshes the index under ``.git/index.lock`` unless told
 not to; a run stopped in that call, by a signal or a file-size limit, left the lock behind)."""
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_the_code_commit_leaves_the_users_index_alone(tmp_path):
     clone = _clone_with_the_package(tmp_path)
     index = clone / ".git" / "index"
     before = index.stat().st_mtime_ns
-    said = subprocess.run([sys.executable, "-c", "from dadam3.job_log import code_commit; print(code_commit())"],
+    said = subprocess.run([sys.executable, "-c", "from dadam3.run.job_log import code_commit; print(code_commit())"],
                           env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path, capture_output=True, text=True,
                           check=True).stdout.strip()
     assert said.startswith(_git("-C", str(clone), "rev-parse", "HEAD"))
@@ -51,7 +51,7 @@ def test_a_run_from_a_dirty_checkout_saves_its_diff_and_says_so(tmp_path):
         f.write("# an uncommitted change\n")
     run = tmp_path / "run"
     run.mkdir()
-    code = ("import json, sys; from pathlib import Path; from dadam3.job_log import record_provenance as r; "
+    code = ("import json, sys; from pathlib import Path; from dadam3.run.job_log import record_provenance as r; "
             "r(Path(sys.argv[1]), 'cpu', 0); r(Path(sys.argv[1]), 'cpu', 7)")
     subprocess.run([sys.executable, "-c", code, str(run)], env={**os.environ, "PYTHONPATH": str(clone)},
                    cwd=tmp_path, capture_output=True, text=True, check=True)
@@ -71,7 +71,7 @@ def test_a_rewritten_committed_run_under_results_is_not_dirty_code(tmp_path):
          "--allow-empty")
     _git("-C", str(clone), "sparse-checkout", "add", "results/fig1")
     (clone / "results" / "fig1" / "dadam3" / "metrics.csv").unlink()
-    code = "from dadam3.job_log import code_commit; print(code_commit())"
+    code = "from dadam3.run.job_log import code_commit; print(code_commit())"
     said = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(clone)}, cwd=tmp_path,
                           capture_output=True, text=True, check=True).stdout.strip()
     assert said == _git("-C", str(clone), "rev-parse", "HEAD")

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from dadam3.config import CONFIG_DIR
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import register
+from dadam3.run.config import CONFIG_DIR
+from dadam3.run.loggers import read_jsonl
+from dadam3.run.schema import register
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_slurm_launcher_config_composes():
-    register()                     # the schemas in Hydra's ConfigStore (done on import of dadam3.schema)
+    register()                     # the schemas in Hydra's ConfigStore (done on import of dadam3.run.schema)
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", return_hydra_config=True,
                       overrides=["hydra/launcher=slurm_gpus", "placement=distributed", "experiment=fig4_cifar100",

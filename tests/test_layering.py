@@ -19,21 +19,23 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # A name matches a module and, with a trailing ".", every module under it; the first
 # matching layer counts.
 LAYERS = (
-    ("foundation", ("dadam3", "dadam3.errors", "dadam3.boundary", "dadam3.config", "dadam3.cuda_flags",
-                    "dadam3.numba_cache")),
-    ("run machinery", ("dadam3.topology", "dadam3.topology_checks", "dadam3.ordered_mix", "dadam3.ordered_mix_triton",
-                       "dadam3.mixing",
-                       "dadam3.distributed", "dadam3.distributed.", "dadam3.checkpoint", "dadam3.checkpoint.",
-                       "dadam3.run_logging", "dadam3.log_rewind", "dadam3.signals", "dadam3.divergence")),
-    # the GAN's science (nets, stacking, WGAN-GP) is a component the schema reads defaults from
-    # (GP_LAMBDA); its trainer reads the schema's LoopSettings (an exact name wins over a prefix)
-    ("components", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
-                    "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
-    ("schema", ("dadam3.schema", "dadam3.schema.")),
-    ("training", ("dadam3.gan.trainer",)),
-    ("run", ("dadam3.run_dir", "dadam3.run_manifest", "dadam3.run_checks", "dadam3.run_build")),
-    ("entry points", ("dadam3.train", "dadam3.train_start", "dadam3.synthetic", "dadam3.gossip_study", "dadam3.plot",
-                      "dadam3.sweep", "dadam3.job_log", "dadam3.report", "dadam3.report.")),
+    ("foundation", ("dadam3", "dadam3.errors", "dadam3.errors.", "dadam3.cuda_flags", "dadam3.numba_cache")),
+    # the science: never imports dadam3.run (test_the_science_imports_without_the_run_machinery)
+    ("gossip", ("dadam3.topology", "dadam3.topology_checks", "dadam3.ordered_mix", "dadam3.ordered_mix_triton",
+                "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.")),
+    ("science", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
+                 "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
+    # the run machinery (dadam3/run/): files and records below the schema, the training loop
+    # above it (it reads the schema's LoopSettings), the set-up of a run on top
+    ("run files", ("dadam3.run", "dadam3.run.paths", "dadam3.run.config",
+                   "dadam3.run.checkpoint", "dadam3.run.checkpoint.", "dadam3.run.loggers", "dadam3.run.rewind",
+                   "dadam3.run.signals", "dadam3.run.divergence")),
+    ("run schema", ("dadam3.run.schema", "dadam3.run.schema.")),
+    ("run training", ("dadam3.run.records", "dadam3.run.state", "dadam3.run.trainer")),
+    ("run set-up", ("dadam3.run.directory", "dadam3.run.manifest", "dadam3.run.checks", "dadam3.run.build",
+                    "dadam3.run.start", "dadam3.run.sweep", "dadam3.run.job_log")),
+    ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.gossip_study", "dadam3.plot",
+                      "dadam3.distributed.launch", "dadam3.report", "dadam3.report.")),
 )
 MAX_LINES = 350
 MAX_PARAMS = 10
@@ -204,3 +206,37 @@ def test_the_set_up_walk_from_train_py_climbs_back_at_most_6_times(tmp_path):
     assert found["upward_imports"] == 0, found["upward"]
     for key in ("climbs", "climbs_on_resume"):
         assert found[key] <= MAX_CLIMBS, (key, found[f"calls_out{key[6:]}"]["train.py"])
+
+
+SCIENCE = ("dadam3.optim", "dadam3.topology", "dadam3.mixing", "dadam3.games", "dadam3.gan", "dadam3.metrics",
+           "dadam3.data")
+NO_RUN = """
+import importlib, sys
+class NoRun:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dadam3.run" or name.startswith("dadam3.run."):
+            raise ImportError(f"the science imported the run machinery: {name}")
+sys.meta_path.insert(0, NoRun())
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(sorted(m for m in sys.modules if m.startswith("dadam3.run")))
+"""
+
+
+def test_the_science_imports_without_the_run_machinery():
+    """Every module of the science, imported in a fresh interpreter where ``dadam3.run`` cannot be
+    imported (a ``sys.meta_path`` finder refuses it), loads."""
+    science = [m for m in MODULES if any(m == s or m.startswith(s + ".") for s in SCIENCE)]
+    assert "dadam3.gan.stacked" in science and "dadam3.optim.adam3" in science
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-c", NO_RUN, *science], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["[]"]
+
+
+def test_the_science_check_refuses_the_run_machinery():
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    p = subprocess.run([sys.executable, "-c", NO_RUN, "dadam3.run.signals"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode != 0 and "the science imported the run machinery: dadam3.run" in p.stderr

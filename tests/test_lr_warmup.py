@@ -1,12 +1,12 @@
-"""loop.lr_warmup (dadam3/gan/trainer.py): iteration k steps with lr · min(1, k / N), both players,
+"""loop.lr_warmup (dadam3/run/trainer.py): iteration k steps with lr · min(1, k / N), both players,
 every optimizer alike; the configured lr stays in the optimizers (and checkpoints), so a resume
 mid-warm-up ends where an uninterrupted run does, in float64."""
 import pytest
 import torch
 
-import dadam3.gan.trainer as trainer_mod
-from dadam3.errors import ConfigError
-from dadam3.schema import train_settings
+import dadam3.run.trainer as trainer_mod
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema import train_settings
 from trainer_runs import TOY, config, train
 
 LR = 1e-3                                   # the toy preset's

@@ -5,7 +5,7 @@ import urllib.error
 import pytest
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.metrics import consensus_distance
 from dadam3.metrics import images as img
 from dadam3.metrics import inception as inc

@@ -164,7 +164,7 @@ def test_auto_kernel_chooses_by_device_and_graph_density():
 @pytest.mark.parametrize("name", ["ring", "complete"])
 def test_matmul_mix_moves_the_bytes_floor(name):
     """Dispatch-mode count: one mix of [M, P] reads each row once and writes it once (+ W)."""
-    from dadam3.gan.op_census import ByteCensus
+    from op_census import ByteCensus
     M, P = 15, 4096
     x, out = torch.randn(M, P), torch.empty(M, P)
     mixer = LocalMixer(build_topology(name, M), kernel="matmul")

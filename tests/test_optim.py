@@ -10,11 +10,11 @@ import math
 import pytest
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, DAdam, Dadam3, DOSG, DPOAdam, DSGD, OAdagrad, build_optimizer, \
     mixer_for, optimizer_spec
-from dadam3.schema import compose, train_settings
+from dadam3.run.schema import compose, train_settings
 from dadam3.topology import build_topology
 
 W2 = [[0.75, 0.25], [0.25, 0.75]]
@@ -267,7 +267,7 @@ def test_eps_is_checked_by_its_hparam_for_library_callers_too():
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_build_optimizer_without_hyper_parameters_trains_like_the_config(name):
     """One source for every default: the library's defaults are what ``optimizer=NAME`` trains with."""
-    from dadam3.schema import compose, train_settings
+    from dadam3.run.schema import compose, train_settings
     topology = "complete" if OPTIMIZERS[name].topology == "complete" else "ring"
     nodes = 1 if OPTIMIZERS[name].single_node else 4
     s = train_settings(compose("train", ["device=cpu", f"optimizer={name}", f"nodes={nodes}"]))

@@ -16,7 +16,7 @@ from test_optim_flat import HP, grads, groups, leaves, mixer, run_reference
 
 from dadam3.optim import OPTIMIZERS, build_optimizer, optimizer_spec
 from dadam3.optim.engines import Compiled, Eager, Numba, choose_engine
-from dadam3.schema import compose, synthetic_settings, train_settings
+from dadam3.run.schema import compose, synthetic_settings, train_settings
 
 
 def run(name, engine, steps=4, topology="ring"):
@@ -65,7 +65,7 @@ def test_the_config_key_selects_the_eager_engine():
 
 
 def test_the_synthetic_game_names_its_own_switch():
-    from dadam3.errors import ConfigError
+    from dadam3.errors.config import ConfigError
     with pytest.raises(ConfigError, match=r"^optimizer.engine=eager: the synthetic game's switch is engine=eager"):
         synthetic_settings(compose("synthetic", ["optimizer=dadam3", "optimizer.engine=eager"]))
 

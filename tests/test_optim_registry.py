@@ -59,8 +59,8 @@ RUN = textwrap.dedent('''
     from trainer_runs import TOY, train
     from dadam3.games.synthetic import SyntheticGame
     from dadam3.games.synthetic_run import run_synthetic
-    from dadam3.run_logging import read_jsonl
-    from dadam3.schema import compose, synthetic_settings
+    from dadam3.run.loggers import read_jsonl
+    from dadam3.run.schema import compose, synthetic_settings
     t = train(TOY + ["optimizer=osign", "optimizer.scale=0.5", "loop.iterations=4"], sys.argv[1])
     recs = read_jsonl(sys.argv[1] + "/metrics.jsonl")
     p = next(t.G.parameters())

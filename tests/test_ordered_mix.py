@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from dadam3.checkpoint import checkpoint_path, load
+from dadam3.run.checkpoint import checkpoint_path, load
 from dadam3.distributed import DistributedMixer, node_blocks
 from dadam3.mixing import LocalMixer
-from dadam3.run_logging import read_jsonl
+from dadam3.run.loggers import read_jsonl
 from dadam3.topology import build_topology
 
 from test_distributed_mixer import _launch, _node_rows

@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from dadam3 import ordered_mix_triton as kernel  # noqa: E402
 from dadam3.distributed import node_blocks  # noqa: E402
-from dadam3.gan.op_census import ByteCensus  # noqa: E402
+from op_census import ByteCensus  # noqa: E402
 from dadam3.mixing import LocalMixer  # noqa: E402
 from dadam3.ordered_mix import RoundTerms  # noqa: E402
 from dadam3.topology import build_topology  # noqa: E402

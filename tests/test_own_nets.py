@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan import VmapNet
 from dadam3.gan.own_nets import check_nets, stack_own_nets
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.nets import build_nets
-from dadam3.schema import compose, train_settings
+from dadam3.run.schema import compose, train_settings
 from dadam3.train import build_trainer
 from trainer_runs import ROOT, cli
 

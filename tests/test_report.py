@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from dadam3.errors import ConfigError
-from dadam3.divergence import FROZEN_RECORDS, first_breach, frozen_from, loss_beyond
+from dadam3.errors.config import ConfigError
+from dadam3.run.divergence import FROZEN_RECORDS, first_breach, frozen_from, loss_beyond
 from dadam3.report.build import write
 from dadam3.report.runs import load_run
 from trainer_runs import ROOT

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from dadam3.boundary import failure_of
-from dadam3.errors import DataFileError
+from dadam3.errors.boundary import failure_of
+from dadam3.errors.files import DataFileError
 from dadam3.report import read
 
 from trainer_runs import ROOT

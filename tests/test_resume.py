@@ -1,4 +1,4 @@
-"""Resuming (:mod:`dadam3.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration
+"""Resuming (:mod:`dadam3.run.checkpoint.resume`): ``resume=DIR`` alone is enough (the run's configuration
 comes from its checkpoint; the printed command is quoted), and a resume never continues silently from a
 damaged state (a deleted log, a torn record at the checkpoint, an empty resume=, an impossible
 iteration, an earlier failed attempt). Each test failed before its fix."""
@@ -11,9 +11,9 @@ import sys
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from dadam3.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
-from dadam3.errors import ConfigError
-from dadam3.run_logging import read_jsonl
+from dadam3.run.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
+from dadam3.errors.config import ConfigError
+from dadam3.run.loggers import read_jsonl
 
 from test_run_dir import FAST, resume, run_cli
 from trainer_runs import ROOT, TOY, train
@@ -67,7 +67,7 @@ def test_a_torn_record_at_the_checkpoint_is_named(tmp_path, caplog):
     lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
     assert '"iteration": 4' in lines[-2] and '"finished"' in lines[-1]
     (run / "metrics.jsonl").write_text("".join(lines[:-2]) + lines[-2][:40])        # killed mid-record
-    with caplog.at_level(logging.WARNING, logger="dadam3.log_rewind"):
+    with caplog.at_level(logging.WARNING, logger="dadam3.run.rewind"):
         t = resume(TOY + ["loop.iterations=6", f"resume={run}"], tmp_path / "x")
     said = [r.getMessage() for r in caplog.records]
     assert any("dropped the torn last line" in m for m in said), said

@@ -1,13 +1,13 @@
-"""What a resume accepts (:mod:`dadam3.checkpoint.resume`, :mod:`dadam3.run_dir`): changed
+"""What a resume accepts (:mod:`dadam3.run.checkpoint.resume`, :mod:`dadam3.run.directory`): changed
 settings that steer the run take effect and are recorded, keys that fix the run and
 checkpoints that are not one or do not fit are refused with one line, before any write."""
 import pytest
 import torch
 
-from dadam3.checkpoint import atomic_save, checkpoint_path, load
-from dadam3.errors import ConfigError
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import train_settings
+from dadam3.run.checkpoint import atomic_save, checkpoint_path, load
+from dadam3.errors.config import ConfigError
+from dadam3.run.loggers import read_jsonl
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import TOY, config, snapshot, train

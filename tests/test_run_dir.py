@@ -1,4 +1,4 @@
-"""The run directory (:mod:`dadam3.run_dir`): a resume continues only a checkpoint in its own
+"""The run directory (:mod:`dadam3.run.directory`): a resume continues only a checkpoint in its own
 run's checkpoints/ (run ids); one run per directory (a live writer's lock; overwrite=true, which
 deletes nothing unless it can delete everything); every check before any write (a refused run
 leaves the directory as it was, and no directory of its own); stray temporaries and file modes."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dadam3.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
-from dadam3.errors import ConfigError
-from dadam3.run_dir import LOCK_FILE, check_run_dir
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import train_settings
+from dadam3.run.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
+from dadam3.errors.config import ConfigError
+from dadam3.run.directory import LOCK_FILE, check_run_dir
+from dadam3.run.loggers import read_jsonl
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import ROOT, SMALL, TOY, cli, config, one_line, train
@@ -416,8 +416,8 @@ def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypa
     """The pid could not be written into .lock (ENOSPC): one OSError naming it, and neither the
     empty .lock nor the directory the commit created is left behind."""
     import errno
-    import dadam3.run_dir as run_dir_module
-    from dadam3.boundary import failure_of
+    import dadam3.run.directory as run_dir_module
+    from dadam3.errors.boundary import failure_of
 
     def full(f):
         raise OSError(errno.ENOSPC, "No space left on device", f.name)

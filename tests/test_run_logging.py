@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from dadam3.errors import ConfigError
-from dadam3.run_logging import (JsonlLogger, MultiLogger, WandbLogger, build_logger,
+from dadam3.errors.config import ConfigError
+from dadam3.run.loggers import (JsonlLogger, MultiLogger, WandbLogger, build_logger,
                                 progress, read_jsonl)
-from dadam3.schema import train_settings
+from dadam3.run.schema import train_settings
 
 from trainer_runs import TOY, cli, config
 

@@ -1,4 +1,4 @@
-"""dadam3.schema: every preset and group option composes and checks; unknown and meaningless
+"""dadam3.run.schema: every preset and group option composes and checks; unknown and meaningless
 keys are one line; each field's resume flag; each default in one place."""
 import pickle
 from dataclasses import MISSING, FrozenInstanceError, fields, is_dataclass
@@ -7,14 +7,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dadam3.config import CONFIG_DIR, group_choices
-from dadam3.errors import ConfigError
+from dadam3.run.config import CONFIG_DIR, group_choices
+from dadam3.errors.config import ConfigError
 from dadam3.optim import OPTIMIZERS
-from dadam3.checkpoint.contents import CHECKPOINT_KIND
-from dadam3.run_dir import check_run_dir
-from dadam3.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
-                           train_settings)
-from dadam3.schema.groups import GROUPS, option_schema
+from dadam3.run.checkpoint.contents import CHECKPOINT_KIND
+from dadam3.run.directory import check_run_dir
+from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
+                               train_settings)
+from dadam3.run.schema.groups import GROUPS, option_schema
 
 from trainer_runs import cli
 
@@ -181,7 +181,7 @@ def test_no_yaml_repeats_a_default_of_its_schema():
 def _library_defaults():
     from dadam3.data import datasets, fake, gaussians, node_sampler
     from dadam3.distributed import mixer, startup
-    from dadam3.divergence import first_breach
+    from dadam3.run.divergence import first_breach
     from dadam3.games import synthetic as game, synthetic_run
     from dadam3.gan import cuda_graph, nets, samples, wgan_gp
     from dadam3.metrics import evaluation
@@ -262,7 +262,7 @@ def test_the_metrics_defaults_are_the_fidelity_libraries():
     import inspect
     from dadam3.metrics.fidelity import resolve_feature_extractor_weights
     from dadam3.metrics.spec import FEATURE_EXTRACTORS, FidelitySpec
-    from dadam3.schema import runs
+    from dadam3.run.schema import runs
     assert runs.IS_SPLITS == FidelitySpec(batch_size=1).splits
     extractor = FEATURE_EXTRACTORS[runs.Metrics().feature_extractor]
     assert extractor == FidelitySpec(batch_size=1).feature_extractor

@@ -1,4 +1,4 @@
-"""Signals at awkward moments (:mod:`dadam3.signals`): real processes, real signals. Ctrl-C while
+"""Signals at awkward moments (:mod:`dadam3.run.signals`): real processes, real signals. Ctrl-C while
 the entry point is still importing; two signals a few milliseconds apart (a terminal's Ctrl-C
 under torchrun or ``timeout``); a second signal later, which stops at once; a long iteration
 (many critic steps) that must stay interruptible."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dadam3.checkpoint import checkpoint_path, load
-from dadam3.run_logging import read_jsonl
+from dadam3.run.checkpoint import checkpoint_path, load
+from dadam3.run.loggers import read_jsonl
 
 from trainer_runs import ROOT, TOY, cli, train, without_time
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from dadam3.run_logging import read_jsonl
+from dadam3.run.loggers import read_jsonl
 
 from test_run_dir import FAST, run_cli
 from trainer_runs import SMALL, cli
@@ -87,13 +87,13 @@ def test_a_job_directory_holding_a_run_of_another_config_is_refused_never_skippe
     """Issue 33: the sweep's reading of an earlier run in a job's directory (in process): another
     identity is refused naming the directory and the keys; the same one at more iterations
     resumes; a "finished" log with a NaN loss is a diverged run."""
-    from dadam3.errors import ConfigError
-    from dadam3.schema import compose
-    from dadam3.sweep import _earlier_run
+    from dadam3.errors.config import ConfigError
+    from dadam3.run.schema import compose
+    from dadam3.run.sweep import _earlier_run
     from trainer_runs import train
 
     from omegaconf import OmegaConf
-    from dadam3.checkpoint import checkpoint_path, load
+    from dadam3.run.checkpoint import checkpoint_path, load
 
     run = tmp_path / "0"
     train([*SMALL, "optimizer.lr=1e-3"], run)

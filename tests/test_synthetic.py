@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from dadam3.schema import compose
+from dadam3.run.schema import compose
 
 from trainer_runs import one_line
 
@@ -248,7 +248,7 @@ def test_fig1_script_fails_with_the_failed_runs_status_and_draws_nothing(tmp_pat
 def test_a_users_folder_is_never_a_training_runs_and_nothing_in_it_is_deleted(tmp_path):
     """overwrite=true into a folder with a user's images/ (no run), or into a synthetic run's
     directory with an images/ its manifest does not list: refused, nothing deleted."""
-    from dadam3.errors import ConfigError
+    from dadam3.errors.config import ConfigError
     from dadam3.synthetic import check_synthetic_dir
     (tmp_path / "images").mkdir()
     with pytest.raises(ConfigError, match="holds images but no run"):
@@ -276,7 +276,8 @@ def test_a_file_size_limit_is_one_line_naming_the_file_and_a_status(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dadam3.synthetic", "iterations=1000", f"hydra.run.dir={run}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300, preexec_fn=limit)
     assert r.returncode == 1, r.stderr[-2000:]
-    one_line(r.stderr, f"error: write failed: {run / '.hydra'}: File too large (EFBIG)")
+    # the file itself (.hydra/hydra.yaml, the one past 1500 bytes), not its directory
+    one_line(r.stderr, f"error: write failed: {run / '.hydra' / 'hydra.yaml'}: File too large (EFBIG)")
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "interrupted" and "File too large" in status["reason"]
     assert not list(run.glob(".*.tmp"))

@@ -4,8 +4,8 @@ import pytest
 
 from dadam3 import topology as T
 from dadam3 import topology_checks as C
-from dadam3.errors import ConfigError
-from dadam3.schema import train_settings
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import TOY, config
@@ -203,10 +203,10 @@ def test_a_topology_file_that_is_no_matrix_is_one_line_before_any_training(tmp_p
 @pytest.mark.parametrize("name", list(T.TOPOLOGIES))
 def test_every_registered_topology_has_its_yaml_and_schema(name):
     """One registry: each name of dadam3.topology.TOPOLOGIES has configs/topology/NAME.yaml, a
-    schema that allows it (dadam3/schema/groups.py reads the registry) and composes."""
-    from dadam3.config import CONFIG_DIR
-    from dadam3.schema import compose
-    from dadam3.schema.groups import option_schema
+    schema that allows it (dadam3/run/schema/groups.py reads the registry) and composes."""
+    from dadam3.run.config import CONFIG_DIR
+    from dadam3.run.schema import compose
+    from dadam3.run.schema.groups import option_schema
     assert (CONFIG_DIR / "topology" / f"{name}.yaml").is_file()
     assert option_schema("topology", name) is not None
     extra = ["topology.matrix=[[0.5,0.5],[0.5,0.5]]", "nodes=2"] if T.TOPOLOGIES[name].given else []
@@ -214,7 +214,7 @@ def test_every_registered_topology_has_its_yaml_and_schema(name):
 
 
 def test_every_topology_yaml_names_a_registered_topology():
-    from dadam3.config import group_choices
+    from dadam3.run.config import group_choices
     assert set(group_choices("topology")) == set(T.TOPOLOGIES)
 
 

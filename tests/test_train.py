@@ -11,14 +11,14 @@ import pytest
 import torch
 from PIL import Image
 
-import dadam3.gan.trainer as trainer_mod
-from dadam3.checkpoint import checkpoint_path, load
+import dadam3.run.trainer as trainer_mod
+from dadam3.run.checkpoint import checkpoint_path, load
 from dadam3.cuda_flags import set_cuda_flags
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.finiteness import TrainingDiverged
-from dadam3.run_logging import read_jsonl
-from dadam3.schema import train_settings
+from dadam3.run.loggers import read_jsonl
+from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
 from trainer_runs import ROOT, TOY, cli, config, train
@@ -281,9 +281,9 @@ def test_the_loop_has_no_schedule_arithmetic_and_the_trainer_is_built_complete()
     """Each output says when it is due (no ``%`` in the loop); the trainer takes at most 6
     arguments and nothing is assigned to it after construction (in the package)."""
     import ast
-    loop = _function("dadam3/gan/trainer.py", "_loop")
+    loop = _function("dadam3/run/trainer.py", "_loop")
     assert not [n for n in ast.walk(loop) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)]
-    init = _function("dadam3/gan/trainer.py", "__init__")
+    init = _function("dadam3/run/trainer.py", "__init__")
     assert len(init.args.args) - 1 <= 6
     assigned = [f"{path.name}:{n.lineno}" for path in (ROOT / "dadam3").rglob("*.py")
                 for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Assign, ast.AugAssign))
@@ -293,11 +293,11 @@ def test_the_loop_has_no_schedule_arithmetic_and_the_trainer_is_built_complete()
 
 
 def test_each_output_decides_when_it_is_due(tmp_path):
-    from dadam3.checkpoint.checkpointer import Checkpointer
+    from dadam3.run.checkpoint.checkpointer import Checkpointer
     from dadam3.distributed import Placement
-    from dadam3.gan.records import Records
+    from dadam3.run.records import Records
     from dadam3.gan.samples import SampleGrids
-    from dadam3.log_rewind import LoggingGrid
+    from dadam3.run.rewind import LoggingGrid
     from dadam3.metrics.evaluation import Evaluation
     saver = Checkpointer(tmp_path, Placement(2), 3, {})
     assert [k for k in range(1, 10) if saver.due(k, last=k == 8)] == [3, 6, 8, 9]

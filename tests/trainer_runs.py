@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dadam3.schema import compose, train_settings
+from dadam3.run.schema import compose, train_settings
 from dadam3.train import build_trainer
 
 ROOT = Path(__file__).resolve().parent.parent

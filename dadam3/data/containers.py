@@ -27,7 +27,7 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, has_file
 from torchvision.datasets.vision import VisionDataset
 from torchvision.transforms import functional as TF
 
-from dadam3.errors import DataFileError
+from dadam3.errors.files import DataFileError
 
 
 @runtime_checkable
@@ -110,7 +110,7 @@ class DecodedImages(Dataset):
 
     def __getitem__(self, index: int) -> Tensor:
         """Image ``index``, decoded; a file that cannot be (truncated, damaged) is
-        :class:`~dadam3.errors.DataFileError` naming it: the run stops with one line and a record."""
+        :class:`~dadam3.errors.files.DataFileError` naming it: the run stops with one line and a record."""
         try:
             return self.base[int(index)][0]
         except (OSError, ValueError, SyntaxError) as e:       # PIL: OSError/UnidentifiedImageError, SyntaxError

@@ -35,7 +35,7 @@ from torch import Tensor
 from torchvision import datasets, transforms
 from torchvision.transforms.v2 import functional as F2
 
-from dadam3.errors import ConfigError, check_choice, check_int
+from dadam3.errors.config import ConfigError, check_choice, check_int
 from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
 from dadam3.data.containers import (CenterSquareCrop, DecodedImages, ImageDataset, ImageFiles,
                                     TensorImages, ToRGB, find_image_files)
@@ -189,7 +189,7 @@ def _read_split(root: Path, files: list[Path], title: str) -> tuple[Tensor, Tens
         images, labels = read_idx(files[0], ndim=3), read_idx(files[1], ndim=1)
     except (OSError, IdxError) as e:
         raise ConfigError("root", str(root),
-                          f"cannot read the {title} idx files ({_one_line(e)}); they may be "
+                          f"cannot read the {title} idx files ({one_line(e)}); they may be "
                           "corrupt: reinstall them or set {download=true} with an empty root",
                           {"download": False}) from None
     if images.shape[0] != labels.shape[0] or tuple(images.shape[1:]) != (28, 28):
@@ -241,7 +241,7 @@ def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, nam
     try:
         return make()
     except (RuntimeError, OSError) as e:
-        reason = _one_line(e)
+        reason = one_line(e)
         if download:
             raise ConfigError("download", True,
                               f"downloading {title} into {root} failed ({reason}); "
@@ -258,7 +258,7 @@ def _construct(make: Callable[[], Any], title: str, root: Path, where: Path, nam
                           "set {download=true}", {"download": download}) from None
 
 
-def _one_line(e: BaseException, limit: int = 300) -> str:
+def one_line(e: BaseException, limit: int = 300) -> str:
     """An exception as one short line (ConfigError messages are single lines)."""
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -288,11 +288,11 @@ def _load_celeba(root: Path, size: int, download: bool, train: bool, split: str 
         except (RuntimeError, OSError, ImportError) as e:
             if download:
                 raise ConfigError("download", True,
-                                  f"downloading CelebA into {root} failed ({_one_line(e)}); needs gdown and "
+                                  f"downloading CelebA into {root} failed ({one_line(e)}); needs gdown and "
                                   f"Google Drive access; place the files at {root / 'celeba'} yourself "
                                   "and set {download=false}", {"download": True}) from None
             warnings.warn(f"CelebA at {root / 'celeba'}: torchvision's annotation files are missing or "
-                          f"fail their md5 check ({_one_line(e)}); using every image in {tv_images} as a plain "
+                          f"fail their md5 check ({one_line(e)}); using every image in {tv_images} as a plain "
                           f"folder (split {split!r} ignored)", stacklevel=3)
             folder = tv_images
     if not folder.is_dir() or not find_image_files(folder):
@@ -329,10 +329,10 @@ def _load_imagenette(root: Path, size: int, download: bool, train: bool,
                           f"{folder} holds class folder {e.args[0]}, not one of Imagenette's "
                           f"wnids ({wnids})") from None
     except FileNotFoundError as e:
-        raise ConfigError("root", str(root), f"no usable images in {folder}: {_one_line(e)}") from None
+        raise ConfigError("root", str(root), f"no usable images in {folder}: {one_line(e)}") from None
     except (RuntimeError, OSError) as e:
         raise ConfigError("download", download,
-                          f"downloading Imagenette into {root} failed ({_one_line(e)}); extract "
+                          f"downloading Imagenette into {root} failed ({one_line(e)}); extract "
                           f"imagenette2-160.tgz into {root} and set {{download=false}}",
                           {"download": download}) from None
     # torchvision keeps (path, label) pairs only in the private ``_samples``.

@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from dadam3.errors import check_int
+from dadam3.errors.config import check_int
 
 _MASK = 0xFFFFFFFF
-MAX_CHANNELS = 16           # dataset.channels' range too (dadam3/schema/groups.py)
+MAX_CHANNELS = 16           # dataset.channels' range too (dadam3/run/schema/groups.py)
 MAX_LENGTH = 2**31 - 1
 _GOLDEN = 0x9E3779B9
 _TEST_SALT = 0x5BD1E995   # train=False draws a different (but still fixed) set of images

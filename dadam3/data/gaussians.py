@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from dadam3.errors import ConfigError, check_int, check_range
+from dadam3.errors.config import ConfigError, check_int, check_range
 
 
 def ring_centers(modes: int = 8, radius: float = 2.0) -> Tensor:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dadam3.errors import ConfigError, check_choice, check_int, check_range
+from dadam3.errors.config import ConfigError, check_choice, check_int, check_range
 from dadam3.data.partition import PARTITIONS, dirichlet_shards, split_shards
 from dadam3.topology import check_nodes
 

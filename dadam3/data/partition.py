@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 PARTITIONS = ("iid", "split", "dirichlet")
 DIRICHLET_MAX_TRIES = 1000

@@ -15,9 +15,9 @@ whose rendezvous hangs (e.g. ``MASTER_PORT`` answered by another program) with o
 rank 0 failing to listen on an occupied ``MASTER_PORT`` says so (exit status 2). The NCCL
 path is written from the documentation; this repository's tests run gloo on CPU.
 
-Why a decorator of its own beside :func:`dadam3.boundary.exit_on_failure`: a peer failure
+Why a decorator of its own beside :func:`dadam3.errors.boundary.exit_on_failure`: a peer failure
 ends the process at once (``os._exit``, not ``sys.exit``), and it is no
-:class:`dadam3.errors.RunStopped` (a stop every rank agreed on, which the inner decorator
+:class:`dadam3.errors.stops.RunStopped` (a stop every rank agreed on, which the inner decorator
 turns into ``sys.exit``): the group may still hold the timed-out operation, and a normal
 interpreter exit would tear it down (NCCL's abort can itself hang).
 """
@@ -29,7 +29,7 @@ import re
 import sys
 from typing import Any, Callable, Sequence, TypeVar
 
-from dadam3.errors import check_range
+from dadam3.errors.config import check_range
 
 F = TypeVar("F", bound=Callable[..., Any])
 

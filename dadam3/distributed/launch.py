@@ -21,7 +21,7 @@ agent's shutdown forwards the signal that arrived (SIGINT stays SIGINT), a furth
 the ranks checkpoint is noted but lets them finish, and whatever the agent raised after a
 signal ends as that signal's exit status (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT).
 A ``--master-port`` in use is one line (exit 2); any other environmental failure goes through
-the entry points' boundary (:func:`dadam3.boundary.exit_on_failure`).
+the entry points' boundary (:func:`dadam3.errors.boundary.exit_on_failure`).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import re
 import signal
 import sys
 
-from dadam3.boundary import exit_on_failure
+from dadam3.errors.boundary import exit_on_failure
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)   # torch's agent handles these
 

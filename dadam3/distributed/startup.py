@@ -15,9 +15,8 @@ from typing import Any, Mapping
 import torch
 import torch.distributed as dist
 
-from dadam3.config import flatten
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")     # auto: nccl on CUDA, else gloo (distributed.backend's choices)
 WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)
@@ -144,10 +143,9 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-def run_fingerprint(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What fixes a distributed run, as dotted keys: the config (less :data:`PER_PROCESS_KEYS`)
-    and the code version (key ``code``)."""
-    flat = flatten(config)
+def run_fingerprint(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """What fixes a distributed run, as dotted keys: the config ``flat`` (as dotted keys, less
+    :data:`PER_PROCESS_KEYS`) and the code version (key ``code``)."""
     keep = {k: v for k, v in flat.items()
             if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in PER_PROCESS_KEYS)}
     return {"code": code_version(), **keep}

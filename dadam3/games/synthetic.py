@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dadam3.errors import check_range
+from dadam3.errors.config import check_range
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from dadam3.errors import ConfigError, Diverged, RunStopped, named_as
+from dadam3.errors.config import ConfigError, named_as
+from dadam3.errors.stops import Diverged, RunStopped
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games.synthetic_kernels import Kernel, kernel_for
 from dadam3.mixing import LocalMixer

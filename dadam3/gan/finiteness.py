@@ -14,7 +14,7 @@ from typing import Iterable, NamedTuple
 import torch
 
 from dadam3.distributed.placement import Placement
-from dadam3.errors import Diverged
+from dadam3.errors.stops import Diverged
 
 LOSS_KEYS = ("loss_d", "loss_g", "gp", "wasserstein")
 WATCHED = (*LOSS_KEYS, "d_fake")           # d_fake: the critic scores (a non-finite score names no loss)

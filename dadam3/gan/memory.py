@@ -37,7 +37,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan.nets import build_nets
 
 GIB = 1 << 30

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from dadam3.errors import ConfigError, check_int
+from dadam3.errors.config import ConfigError, check_int
 
 ARCHS = ("dcgan32", "dcgan64", "mlp")
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 from hydra.utils import instantiate
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.gan.vmapped import stack_nets
 
 # every batch norm: BatchNorm1d/2d/3d, SyncBatchNorm, LazyBatchNorm1d/2d/3d, torch.ao's quantized

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from dadam3.errors import writing
+from dadam3.errors.files import writing
 from dadam3.gan.stacked import StackedNet
 
 Sampler = Callable[[int], Tensor]          # n -> n generated samples

@@ -14,10 +14,9 @@ and L_D never reaches θ's.  ``players="critic"`` / ``"generator"`` give the
 single-player halves for alternating (n_critic) schedules.
 
 :func:`wgan_gp_step` runs a node-stacked pair (:class:`~dadam3.gan.stacked.StackedNet` or
-:class:`~dadam3.gan.vmapped.VmapNet`, all M
-nodes at once); :func:`wgan_gp_step_loop` is the obvious per-node loop over
-lists of ordinary modules: the reference the tests compare against and the benchmark's
-baseline (:class:`~dadam3.gan.loop_reference.LoopReference`).  Both take the
+:class:`~dadam3.gan.vmapped.VmapNet`, all M nodes at once); the obvious per-node loop over lists
+of ordinary modules, the reference the tests compare against and the benchmark's baseline, is
+``tests/loop_reference.py`` (``wgan_gp_step_loop``, ``LoopReference``).  Both take the
 randomness (z, ε) from the caller and both OVERWRITE ``.grad`` of the active
 players' parameters (other parameters are left alone).
 """
@@ -132,36 +131,6 @@ def wgan_gp_step(G, D, real: torch.Tensor | None, z: torch.Tensor, eps: torch.Te
         # so ∂L_G/∂fake = −∂L_D/∂fake: L_G's gradient needs just one more pass, through G.
         _set_grads(g_params, _grad(fake, g_params, grad_outputs=-grads[-1]))
     return _detached(out)
-
-
-def wgan_gp_step_loop(Gs: Sequence[nn.Module], Ds: Sequence[nn.Module], real, z, eps,
-                      gp_lambda: float = GP_LAMBDA, players: str = "both") -> dict[str, torch.Tensor]:
-    """Reference for :func:`wgan_gp_step`: node by node, three critic passes, one autograd.grad per player."""
-    want_g, want_d = _check_players(players)
-    per_node: list[dict[str, torch.Tensor]] = []
-    for i, (G, D) in enumerate(zip(Gs, Ds)):
-        g_params, d_params = _trainable(G), _trainable(D)
-        if not want_d:
-            d_fake = D(G(z[i]))
-            loss_g = -d_fake.mean()
-            _set_grads(g_params, _grad(loss_g, g_params))
-            per_node.append({"loss_g": loss_g, "d_fake": d_fake.mean()})
-            continue
-        if want_g:
-            fake = G(z[i])
-        else:
-            with torch.no_grad():
-                fake = G(z[i])
-        x_hat = interpolate(real[i], fake.detach(), eps[i]).requires_grad_(True)
-        d_real, d_fake, d_hat = D(real[i]), D(fake), D(x_hat)
-        (grad_hat,) = torch.autograd.grad(d_hat.sum(), x_hat, create_graph=True)
-        out = {k: v[0] for k, v in
-               wgan_gp_objectives(d_real[None], d_fake[None], grad_hat[None], gp_lambda).items()}
-        _set_grads(d_params, _grad(out["loss_d"], d_params, retain_graph=want_g))
-        if want_g:
-            _set_grads(g_params, _grad(out["loss_g"], g_params))
-        per_node.append(out)
-    return _detached({k: torch.stack([o[k] for o in per_node]) for k in per_node[0]})
 
 
 def critic_step(G, D, real, z, eps, gp_lambda: float = GP_LAMBDA) -> dict[str, torch.Tensor]:

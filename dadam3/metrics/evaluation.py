@@ -111,7 +111,7 @@ def cache_too_small(cache_dir: str, reference_images: int) -> str | None:
 
 def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
     """The trainer's evaluation for ``dataset`` under ``metrics``
-    (:class:`dadam3.schema.runs.Metrics`); the feature extractor's weights are resolved
+    (:class:`dadam3.run.schema.runs.Metrics`); the feature extractor's weights are resolved
     here, before any training, so a missing file stops the run at once."""
     if not metrics.every:
         return None

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.metrics.spec import FMNIST_CLASSIFIER
 
 FEATURE_EXTRACTOR_NAME = FMNIST_CLASSIFIER        # spelled once, in dadam3.metrics.spec

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 # The constant torch-fidelity itself downloads; importing it keeps us in step with upgrades.
 from torch_fidelity.feature_extractor_inceptionv3 import URL_INCEPTION_V3

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 # metrics.feature_extractor -> torch-fidelity's registered name: the only place either is spelled
 FEATURE_EXTRACTORS: Mapping[str, str] = MappingProxyType({

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from dadam3.errors import ConfigError, named_as
+from dadam3.errors.config import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim.adam import DAdam, DPOAdam
 from dadam3.optim.adam3 import Dadam3

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 from dadam3.optim.hparams import HParam
 from dadam3.mixing import Mixer
 from dadam3.optim.engines import choose_engine

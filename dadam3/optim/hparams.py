@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dadam3.errors import ConfigError, check_range
+from dadam3.errors.config import ConfigError, check_range
 
 
 @dataclass(frozen=True)

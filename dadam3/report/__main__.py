@@ -1,16 +1,16 @@
 """``python -m dadam3.report [--results DIR]``: rebuild ``DIR/REPORT.md`` (default ``results``).
 
 A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
-environmental failure and signal too (the boundary: :func:`dadam3.boundary.exit_on_failure`)."""
+environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from dadam3.boundary import exit_on_failure
-from dadam3.errors import ConfigError
-from dadam3.signals import exit_on_signals
+from dadam3.errors.boundary import exit_on_failure
+from dadam3.errors.config import ConfigError
+from dadam3.run.signals import exit_on_signals
 
 
 @exit_on_failure

@@ -8,7 +8,7 @@ from pathlib import Path
 from dadam3.report import sections_fmnist as fm
 from dadam3.report import sections_gossip as gossip
 from dadam3.report import sections_paper as paper
-from dadam3.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
+from dadam3.run.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
 from dadam3.report.common import runs_table
 from dadam3.report.glance import glance
 from dadam3.report.evidence import FRESH, FRESH_MIN, SELECTION, THRESHOLDS

@@ -9,7 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from dadam3.errors import ConfigError
+from dadam3.errors.config import ConfigError
 
 FIGURE_DIR = "report"
 REPORT = "REPORT.md"

@@ -1,7 +1,7 @@
 """The report's and the plots' readers' checks, written once: every file they read from a run
 directory (``metrics.jsonl``, ``metrics.csv``, ``provenance.json``, the YAML of its config, a
 reference-values JSON) is decoded here, and anything that is not what the writer writes is
-:class:`dadam3.errors.DataFileError`: one line naming the file (and line) and what is wrong,
+:class:`dadam3.errors.files.DataFileError`: one line naming the file (and line) and what is wrong,
 never a traceback from deep inside a section."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from dadam3.errors import DataFileError
-from dadam3.log_rewind import parse_record
+from dadam3.errors.files import DataFileError
+from dadam3.run.rewind import parse_record
 
 TEXT_KEYS = ("status", "reason", "message", "signal", "changed")    # a record's keys that hold no number
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -109,7 +109,7 @@ def _number(v: Any) -> bool:
 
 def _finite_or_spelled(value: Any) -> Any:
     """The non-finite spellings the writer uses (``"NaN"``, ``"Infinity"``, ``"-Infinity"``:
-    :mod:`dadam3.run_logging`) as floats."""
+    :mod:`dadam3.run.loggers`) as floats."""
     if isinstance(value, list):
         return [_finite_or_spelled(v) for v in value]
     return NONFINITE.get(value, value) if isinstance(value, str) else value

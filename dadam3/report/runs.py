@@ -8,11 +8,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from dadam3.divergence import Breach, run_breach
+from dadam3.run.divergence import Breach, run_breach
 from dadam3.report import read
 
 UNKNOWN = "unknown"
-DIRTY = "+dirty"                 # dadam3.job_log: a commit with uncommitted changes
+DIRTY = "+dirty"                 # dadam3.run.job_log: a commit with uncommitted changes
 LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3": "Cadam3", "dosg": "DOSG",
          "cosg": "COSG", "dp_oadam": "DP-OAdam"}
 CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
@@ -71,7 +71,7 @@ class Run:
     @cached_property
     def breach(self) -> Breach | None:
         """Where the run diverged: its own ``diverged`` record, else the rule (a non-finite or
-        out-of-bound loss, frozen losses: :func:`dadam3.divergence.run_breach`)."""
+        out-of-bound loss, frozen losses: :func:`dadam3.run.divergence.run_breach`)."""
         return run_breach(self.records)
 
     @property

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
 
-from dadam3.errors import ConfigError, check_range
+from dadam3.errors.config import ConfigError, check_range
 from dadam3.mixing import Mixer
 
 

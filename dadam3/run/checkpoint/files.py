@@ -1,0 +1,248 @@
+"""Checkpoint files: where they live, written atomically with their checksum, read back as
+data (never code) with one-line errors.
+
+Layout of a run directory (what :func:`resolve_resume_path` understands)::
+
+    <run_dir>/
+        metrics.jsonl            # run records, see dadam3.run.loggers
+        checkpoints/
+            last.pt              # newest checkpoint, replaced atomically at each save
+            last.pt.sha256       # its SHA-256 (``sha256sum -c`` reads it), written with it
+
+Loading (:func:`load`) runs nothing stored in the file: the checksum is verified first (a
+changed byte anywhere: the file is named corrupt, nothing of it is read), then
+``torch.load(weights_only=True)`` rebuilds only tensors, plain Python containers and numbers,
+numpy arrays and the project's own :data:`SAFE_TYPES`; any other object in the file (a class, a
+function, a ``__reduce__`` payload) is refused before it is built. A checkpoint of an earlier
+version has no ``.sha256``: it still loads through the same safe path, with a one-line warning
+that it could not be verified.
+
+What a training checkpoint holds is :mod:`dadam3.run.checkpoint.contents`'s concern.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import pickle
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import write_failure_reason
+from dadam3.errors.stops import RunStopped
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.pt"
+CHECKSUM_SUFFIX = ".sha256"          # last.pt -> last.pt.sha256
+
+
+class NodeList(list):
+    """A list with one item per node (e.g. the nodes' generator states): a checkpoint's own type."""
+
+
+# what a checkpoint may hold beyond torch's plain types (tensors, dicts, lists, numbers, strings):
+# the project's per-node list (also under the modules earlier versions defined it in: before the
+# run machinery had its package, dadam3.checkpoint.files; before that dadam3.checkpoint.contents)
+# and numpy arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
+# numpy._core, numpy 1 numpy.core)
+EARLIER_NODE_LISTS = ("dadam3.checkpoint.files.NodeList", "dadam3.checkpoint.contents.NodeList")
+SAFE_TYPES: tuple = (NodeList, *((NodeList, name) for name in EARLIER_NODE_LISTS),
+                     np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
+                     (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"))
+
+
+class CheckpointNotWritten(RunStopped):
+    """The checkpoint could not be written (disk full, file-size limit): the previous ``last.pt``
+    stays, the log ends with an ``interrupted`` record giving the reason."""
+
+    prefix = "error: checkpoint not written"
+
+
+def checkpoint_path(run_dir: str | os.PathLike) -> Path:
+    """``<run_dir>/checkpoints/last.pt``."""
+    return Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
+
+
+def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save`` ``obj`` so that ``path`` always holds either the old or the new checkpoint,
+    and ``path.sha256`` (:func:`checksum_path`) a SHA-256 that verifies it.
+
+    The object is written to a temporary file in the same directory (``.<name>.<random>.tmp``),
+    flushed and fsynced and hashed; the checksum file is then replaced (atomically, like the
+    checkpoint) by one listing the new hash and the old file's, the checkpoint moved over
+    ``path`` with :func:`os.replace` (atomic on POSIX and Windows within one file system), and
+    the checksum file rewritten with the new hash alone: whenever the process stops, the
+    ``path`` on disk verifies. The directory is fsynced so the renames survive a power loss. If
+    writing fails the temporary files are removed and the error propagates. A SIGKILL mid-write
+    can leave a stray ``.tmp`` file but never a damaged ``path``.
+
+    Any failure to write is an ``OSError`` whose ``strerror`` says why
+    (:func:`dadam3.errors.files.write_failure_reason`): on a full disk or past the file-size limit
+    torch's zip writer raises ``RuntimeError: ... unexpected pos`` after the ``OSError``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = mkstemp_umask(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        digest = file_sha256(Path(tmp))
+        _write_checksums(path, [digest, *read_checksums(path)[:2]])     # both the old and the new file verify
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(e, Exception) and not isinstance(e, OSError):
+            raise OSError(errno.EIO, write_failure_reason(e, tmp)) from None
+        raise
+    try:
+        _write_checksums(path, [digest])
+    except OSError:         # the file on disk still lists the new hash (and the old): it verifies
+        pass
+    _fsync_dir(path.parent)
+    return path
+
+
+def checksum_path(path: str | os.PathLike) -> Path:
+    """``<path>.sha256``: the checksum file written with the checkpoint ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file's bytes, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_checksums(path: Path) -> list[str]:
+    """The hashes ``path``'s checksum file lists (``sha256sum`` lines), [] when it has none."""
+    try:
+        lines = checksum_path(path).read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeError):
+        return []
+    return [h for h, _, _ in (line.partition("  ") for line in lines)
+            if len(h) == 64 and all(c in "0123456789abcdef" for c in h)]
+
+
+def _write_checksums(path: Path, digests: list[str]) -> None:
+    target = checksum_path(path)
+    fd, tmp = mkstemp_umask(target)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write("".join(f"{d}  {path.name}\n" for d in dict.fromkeys(digests)))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def mkstemp_umask(path: Path) -> tuple[int, str]:
+    """A temporary file ``.<name>.<random>.tmp`` beside ``path``, with the mode an ordinary
+    ``open`` would give it (0666 less the umask; ``mkstemp`` alone makes it 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp
+
+
+def remove_stray_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` files that a killed :func:`atomic_save` left in ``directory``."""
+    removed = []
+    for tmp in Path(directory).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume") -> Any:
+    """Load a checkpoint written by :func:`atomic_save` as data: its checksum verified, then
+    ``torch.load(weights_only=True)`` with :data:`SAFE_TYPES` allowed (nothing stored in the file
+    runs). A corrupt file (its bytes are not the ones its checksum file lists), one that is no
+    checkpoint (not torch's zip format, truncated) or that holds other objects is a one-line
+    ConfigError naming ``key`` and the path; a file without checksum (an earlier version's)
+    loads the same safe way after a one-line warning."""
+    path = Path(path)
+    expected = read_checksums(path)
+    try:
+        actual = file_sha256(path)
+    except OSError as e:
+        raise ConfigError(key, str(path), f"cannot read the checkpoint ({e.strerror or e})") from None
+    if expected and actual not in expected:
+        raise ConfigError(key, str(path), f"corrupt checkpoint: its SHA-256 is not the one {checksum_path(path).name} "
+                                          "recorded when it was written (damaged or changed since); nothing was "
+                                          "loaded: restore it from a copy or start a new run")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(key, str(path), "not a readable checkpoint (not torch's zip format: truncated, or another "
+                                          "kind of file); nothing in it was run")
+    try:
+        with torch.serialization.safe_globals(list(SAFE_TYPES)):
+            ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:      # weights_only refused an object: never built, never run
+        found = re.search(r"GLOBAL (\S+)|but got <class '([^']+)'>", str(e))
+        found = next(g for g in found.groups() if g) if found else type(e).__name__
+        raise ConfigError(key, str(path), f"holds an object a checkpoint never holds ({found}): refused unbuilt, "
+                                          "nothing in it was run; it is not a checkpoint of this code") from None
+    except Exception as e:   # zip and EOF errors: not a readable checkpoint
+        reason = " ".join(str(e).split())[:160] or type(e).__name__
+        raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
+                                          f"file: {type(e).__name__}: {reason})") from None
+    if not expected:
+        log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
+                    "(weights_only) but not verified", path, checksum_path(path).name)
+    return ckpt
+
+
+def resolve_resume_path(resume: str | os.PathLike) -> Path:
+    """Turn the ``resume`` config value into a checkpoint file.
+
+    Accepts a checkpoint file, a run directory (→ ``<dir>/checkpoints/last.pt``) or the
+    checkpoints directory itself (→ ``<dir>/last.pt``). Anything else raises
+    ``ConfigError("resume", ...)`` naming the places that were looked at.
+    """
+    p = Path(os.path.expanduser(str(resume)))
+    if p.is_file():
+        return p
+    candidates = [p / CHECKPOINT_DIR / LAST_CHECKPOINT, p / LAST_CHECKPOINT]
+    if p.is_dir():
+        for c in candidates:
+            if c.is_file():
+                return c
+        raise ConfigError("resume", str(resume),
+                          f"no checkpoint at {candidates[0]} or {candidates[1]}")
+    raise ConfigError("resume", str(resume),
+                      "no checkpoint at this path (give a checkpoint file or a run directory "
+                      f"containing {CHECKPOINT_DIR}/{LAST_CHECKPOINT})")

@@ -1,0 +1,350 @@
+"""A run directory belongs to one run: claiming it, and resuming the run that wrote it.
+
+* A run's files are listed in its manifest (:mod:`dadam3.run.manifest`, ``manifest.txt``): when
+  it claims the directory the run writes there every top-level name it will create (its log,
+  checkpoints, samples, ...; extended by each resume), before it creates any of them.
+* A directory is a run's by its own marker: its manifest, or (a run of an earlier version,
+  written before manifests) its ``run_id`` or its log. A fresh run refuses a directory that
+  holds a run unless ``overwrite=true``, which deletes exactly the names the manifest lists (an
+  earlier version's run: the names such a run writes, ``RUN_FILES``), once it is sure it can
+  delete every one (no symbolic link to a directory among them, every directory writable). A
+  directory holding names a run writes but no run (a user's ``images/``), or holding such names
+  that its run's manifest does not list, is refused whatever ``overwrite`` says: nothing is
+  deleted that a run did not write. A claimed directory gets a new run id (``run_id``) that
+  every checkpoint written there carries.
+* ``resume=PATH`` continues the run that wrote PATH in ITS directory, but only when PATH lies
+  in ``<run>/checkpoints/`` and its run id is ``<run>``'s (a checkpoint without an id, written
+  before ids existed, only when ``<run>`` has no id either and its ``config_resolved.yaml``
+  is the checkpoint's config), and ``<run>/metrics.jsonl`` is there. Any other checkpoint (a
+  copy, a backup, another run's) is refused with one line, or continues in a new directory the
+  user names with ``hydra.run.dir`` (its log starts at the checkpoint's iteration).
+* ``resume=RUN hydra.run.dir=OTHER`` (OTHER not RUN) **branches**: a new run in OTHER starts from
+  RUN's checkpoint (a new run id, its log from the checkpoint's iteration); RUN is not touched.
+* A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
+  process dies) refuses a second live writer.
+* Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
+  deleted when a run claims its directory.
+* Resuming: the checkpoint is checked against the run's config by
+  :func:`dadam3.run.checkpoint.resume.check_resume` (its kind; which keys may change).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+import uuid
+
+from omegaconf import OmegaConf
+
+from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
+                                   resolve_resume_path, resume_override)
+from dadam3.run.checkpoint.files import LAST_CHECKPOINT
+from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
+from dadam3.errors.config import ConfigError
+from dadam3.run.paths import check_usable_dir
+from dadam3.run.manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
+from dadam3.run.schema import TrainConfig, may_change_on_resume
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class RunDir:
+    """The directory a run writes into, the lock it holds, and what it resumes from.
+
+    :func:`check_run_dir` fills it without writing anything; :meth:`commit` then creates the
+    directory, takes the lock and deletes what ``overwrite=true`` replaces (rank 0 only)."""
+
+    path: Path
+    checkpoint: dict | None = None
+    changed: dict[str, list] = field(default_factory=dict)   # key -> [checkpoint's value, now]
+    _lock: Any = field(default=None, repr=False)
+    replace: tuple[str, ...] = ()        # another run's files that overwrite=true deletes at commit
+    created: bool = False                # commit created the directory (undo() may remove it)
+    committed: bool = False
+    new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
+    made: list = field(default_factory=list)    # files commit created (undo() removes them)
+    writes: tuple[str, ...] = ()         # what the run writes, listed in its manifest at commit
+    _manifest_before: bytes | None = field(default=None, repr=False)   # the manifest commit replaced (undo())
+
+    def commit(self) -> "RunDir":
+        """Create the directory, hold its lock, delete the files ``overwrite=true`` replaces and
+        stray temporaries of a killed checkpoint write, write the run id. Only after every check
+        passed. A write that fails here (a full disk) leaves nothing of its own behind (:meth:`undo`)."""
+        try:
+            return self._commit()
+        except BaseException:
+            self.undo()
+            raise
+
+    def _commit(self) -> "RunDir":
+        self.created = not self.path.exists() or _created_by_this_process(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not (self.path / LOCK_FILE).exists():
+            self.made.append(LOCK_FILE)
+        if self._lock is None:
+            self._lock = _lock(self.path)
+        _write_pid(self._lock)
+        for name in self.replace:
+            target = self.path / name
+            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+        if self.writes:                 # listed before any of them is created
+            try:
+                self._manifest_before = (self.path / MANIFEST).read_bytes()
+            except FileNotFoundError:
+                self.made.append(MANIFEST)
+            earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
+            write_manifest(self.path, (*earlier, *self.writes))
+        if self.new_id or read_run_id(self.path) is None:     # a fresh run; an adopted run written before ids
+            (self.path / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="ascii")
+            self.made.append(RUN_ID_FILE)
+        removed = remove_stray_temporaries(self.path / CHECKPOINT_DIR)
+        if removed:
+            log.info("removed %d temporary file(s) of an interrupted checkpoint write", len(removed))
+        if self.checkpoint is not None:
+            log.info("resuming from iteration %d in %s%s", self.checkpoint["iteration"], self.path,
+                     "".join(f"; {k}: {a} -> {b}" for k, (a, b) in self.changed.items()))
+        self.committed = True
+        return self
+
+    def undo(self, new_files: tuple[str, ...] = ()) -> None:
+        """After a failure right after :meth:`commit` (a service that would not start): remove
+        ``new_files`` this process made and the directory if commit created it and it is empty."""
+        for name in (*new_files, *self.made):
+            target = self.path / name
+            shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
+        if self._manifest_before is not None:      # a resume's: as it was
+            (self.path / MANIFEST).write_bytes(self._manifest_before)
+        self.release()
+        if self.created:
+            try:
+                self.path.rmdir()
+            except OSError:     # not empty
+                pass
+
+    def release(self) -> None:
+        if self._lock is not None:
+            try:
+                self._lock.close()      # closing the file drops the flock
+            except OSError:             # its pid could not be flushed (a full disk): closed all the same
+                pass
+            self._lock = None
+
+
+def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool = False,
+                  dir_named: bool = False, writes: Sequence[str] | None = None) -> RunDir:
+    """Every check of the directory a run would write into (see the module docstring), creating,
+    changing and deleting nothing; a live writer's lock is refused here (a free existing lock
+    is taken, without touching the file). ``dir_named``: the user named ``run_dir`` (a
+    checkpoint that is no run's own may continue there; a run's own checkpoint branches there
+    when ``run_dir`` is not the run's). ``writes``: the top-level names the run creates
+    (default: a training run's of ``config``, :func:`train_writes`)."""
+    writes = tuple(train_writes(config) if writes is None else writes)
+    if resume is not None and overwrite:
+        raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
+    ckpt, changed, home = None, {}, None
+    if resume is not None:
+        path = resolve_resume_path(resume)
+        ckpt = load(path, map_location="cpu", key="resume")
+        check_checkpoint(ckpt, path)
+        home, why_not = _run_of(path, ckpt)
+        if home is not None and dir_named and os.path.realpath(home) != os.path.realpath(run_dir):
+            log.warning("branching: the run %s (untouched) continues from its checkpoint at iteration %d as a new run "
+                        "in %s", home, ckpt["iteration"], run_dir)
+            home = None
+        if home is None and not dir_named:
+            raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
+                                                f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "
+                                                "with hydra.run.dir=NEW")
+        changed = check_resume(ckpt, path, config, may_change_on_resume, TrainConfig.renamed)
+    run_dir = Path(home or run_dir)
+    check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
+    if home is not None and not (home / "metrics.jsonl").is_file():
+        raise ConfigError("resume", resume, f"{home / 'metrics.jsonl'} is missing (the run's log up to iteration "
+                                            f"{ckpt['iteration']} is gone): restore it, or continue in a new "
+                                            "directory named with hydra.run.dir=NEW")
+    lock = _lock(run_dir) if (run_dir / LOCK_FILE).exists() else None
+    try:
+        existing = ()
+        if home is None:
+            existing = _replaced(run_dir, writes, overwrite, resume is None)
+            _check_deletable(run_dir, existing)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+    if ckpt is not None and home is None:
+        log.warning("continuing the checkpoint %s (iteration %d) in the new directory %s: its metrics.jsonl starts "
+                    "there", resume, ckpt["iteration"], run_dir)
+    return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None, writes=writes)
+
+
+def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool) -> tuple[str, ...]:
+    """What ``overwrite=true`` deletes in ``run_dir`` before a new run writes ``writes`` there: the
+    earlier run's files (:func:`run_files`). Refused (one line, nothing deleted): a directory
+    holding names a run writes but no run, or names its run did not write; a run, without
+    ``overwrite`` (the hint to resume only where a resume can continue it: ``fresh``, a log and
+    a checkpoint)."""
+    present, theirs = run_files(run_dir, writes)
+    if not present:
+        return ()
+    if theirs is None:
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds {', '.join(present)} but no run (no {MANIFEST}, {RUN_ID_FILE} or metrics.jsonl): "
+                          "not a run directory, so nothing in it is deleted or written over; choose another "
+                          "directory or move them away")
+    foreign = [n for n in present if n not in theirs]
+    if foreign:
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds {', '.join(foreign)}, which its run did not write (not in its {MANIFEST}); a run "
+                          "writes there, so move them away or choose another directory; nothing was deleted")
+    if not overwrite:
+        resumable = (run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file() and (run_dir / "metrics.jsonl").is_file()
+        again = f"continue it with {_resume_hint(run_dir)}, " if fresh and resumable else ""
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"holds another run's files ({', '.join(theirs)}); {again}choose a new "
+                          "directory, or set overwrite=true to delete them")
+    return theirs
+
+
+def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
+    """The run directory the checkpoint at ``path`` belongs to, or None and why not."""
+    run, theirs = path.parent.parent, ckpt.get("run_id")
+    if path.parent.name != CHECKPOINT_DIR:
+        return None, f"{path} is not in a run's {CHECKPOINT_DIR}/ directory"
+    ours = read_run_id(run)
+    if ours is not None and ours == theirs:
+        return run, ""
+    if theirs is not None:
+        return None, (f"the checkpoint belongs to another run (run id {theirs}), not to {run} "
+                      f"({'run id ' + ours if ours else f'no {RUN_ID_FILE} file: a copy of a run needs it too'})")
+    if (run / "metrics.jsonl").is_file() and _config_on_file(run) == ckpt.get("config"):
+        return run, ""          # written before run ids: its run's config_resolved.yaml is the checkpoint's config
+    return None, (f"the checkpoint has no run id (an older version's) and {run}'s config_resolved.yaml or "
+                  "metrics.jsonl is not its run's")
+
+
+def _config_on_file(run: Path) -> Any:
+    try:
+        return OmegaConf.to_container(OmegaConf.load(run / "config_resolved.yaml"))
+    except Exception:           # missing or not YAML: not the checkpoint's run
+        return None
+
+
+def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
+    """``overwrite=true`` deletes ``names`` only if it can delete every one: refuse (one line,
+    nothing deleted) a symbolic link to a directory (``rmtree`` does not follow it; delete or
+    replace it yourself) and a directory (``run_dir`` included) the process may not change."""
+    def refuse(path: Path, why: str):
+        return ConfigError("overwrite", True, f"cannot delete the old run's {path}: {why}; nothing was deleted")
+
+    dirs = [run_dir] if names else []
+    for name in names:
+        target = run_dir / name
+        if target.is_symlink():
+            if target.is_dir():
+                raise refuse(target, f"a symbolic link to the directory {os.path.realpath(target)} (deleting "
+                                     "the link would keep its files; remove or replace it yourself)")
+            continue
+        if target.is_dir():
+            dirs += [Path(d) for d, _, _ in os.walk(target)]
+    for d in dirs:
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise refuse(d, "permission denied (the directory is not writable)")
+
+
+_NOTED: dict[str, Any] = {}    # what existed before Hydra made its directory: see note_existing
+
+
+def note_existing(root: str | os.PathLike) -> None:
+    """Before Hydra creates ``root`` (a run's or a sweep's directory) and the job directories in
+    it: remember which of them exist, so that what this process made can be removed again when
+    it stays empty (a refused run, a resume that continues elsewhere). Runs are not descended."""
+    root = Path(os.path.abspath(root))
+    anchor = root
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    existing = set()
+    if root.is_dir():
+        for d, dirnames, files in os.walk(root):
+            existing.add(Path(d))
+            if {"metrics.jsonl", LOCK_FILE, CHECKPOINT_DIR} & {*files, *dirnames}:
+                dirnames[:] = []
+    _NOTED.update(root=root, anchor=anchor, existing=existing)
+
+
+def _created_by_this_process(path: Path) -> bool:
+    """Whether ``path`` is a directory Hydra created for this process (see :func:`note_existing`)."""
+    if not _NOTED:
+        return False
+    path, root, anchor = Path(os.path.abspath(path)), _NOTED["root"], _NOTED["anchor"]
+    inside = path == root or root in path.parents or (anchor in path.parents and path in root.parents)
+    return inside and path not in _NOTED["existing"]
+
+
+def discard_if_unused(path: Path) -> None:
+    """Remove ``path`` and its parents that this process created while they are empty (never a
+    directory that existed before, never one holding anything)."""
+    path = Path(os.path.abspath(path))
+    while _created_by_this_process(path):
+        try:
+            path.rmdir()
+        except OSError:        # not empty, or gone
+            return
+        path = path.parent
+
+
+def _resume_hint(run_dir: Path) -> str:
+    """``resume=DIR``, quoted for the shell and Hydra."""
+    return shlex.quote(resume_override(run_dir))
+
+
+def _lock(run_dir: Path):
+    """The directory's lock file, ``flock``-ed (refused, one line, while another process holds it)."""
+    f = open(run_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise ConfigError("hydra.run.dir", str(run_dir),
+                          f"another run (pid {pid}) is writing into this directory; wait for it to end "
+                          "or choose another directory") from None
+    return f
+
+
+def _write_pid(f) -> None:
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+
+
+def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool,
+                  placement, dir_named: bool = False) -> RunDir:
+    """:func:`check_run_dir` on rank 0 (the one writer); under torch.distributed the other ranks
+    receive its directory, checkpoint and changes, or its error, so every rank stops alike.
+    Nothing is written: rank 0 calls :meth:`RunDir.commit` once every other check has passed."""
+    rd, error = None, None
+    if placement.is_main:
+        try:
+            rd = check_run_dir(run_dir, resume, config, overwrite, dir_named)
+        except ConfigError as e:
+            error = e
+    if placement.distributed:
+        payload = (None if not placement.is_main else error if error is not None
+                   else (rd.path, rd.checkpoint, rd.changed))
+        shared = placement.from_main(payload)
+        if isinstance(shared, ConfigError):
+            error = shared
+            error.echo = placement.is_main
+        elif not placement.is_main:
+            rd = RunDir(*shared, committed=True)       # only rank 0 writes into the directory
+    if error is not None:
+        raise error
+    return rd

@@ -1,0 +1,196 @@
+"""A run's own records beside its metrics: the job log (``train.log``) and Hydra's provenance
+(``.hydra/``), both written only once the run holds its directory."""
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+import torch
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from dadam3.errors.boundary import failure_of
+from dadam3.errors.config import ConfigError
+from dadam3.errors.files import writing
+from dadam3.errors.stops import RunStopped
+
+JOB_LOG = "train.log"
+PROVENANCE = "provenance.json"
+CODE_DIFF = "code.diff"              # a dirty checkout's changes, beside provenance.json
+DIRTY = "+dirty"
+# the code is the checkout less its results: a run that rewrites a committed run there (make fig1) is not dirty code
+NOT_RESULTS = ("--", ":(top,exclude)results")
+UNKNOWN = "unknown"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
+
+
+class _JobLogFile(logging.FileHandler):
+    """``train.log``: a write that fails (full disk, file-size limit) turns the file off with one
+    line on stderr instead of logging's traceback per record; the run goes on (its records
+    and checkpoints say whether they could be written)."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        reason = sys.exc_info()[1]
+        if not getattr(self, "_failed", False):
+            self._failed = True
+            sys.stderr.write(f"warning: {self.baseFilename}: not written ({reason}); the job log stops here\n")
+        self.setLevel(logging.CRITICAL + 1)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError:
+            self.handleError(None)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            self.handleError(None)
+            if self.stream is not None:
+                self.stream = None
+
+
+class JobLog:
+    """The job log (``train.log``) in the run directory, written only once the run holds it: log
+    records of the checks are kept in memory and written when :meth:`attach` is called (a
+    refused run writes no log into another run's directory). Hydra's own file handler is off
+    (``hydra/job_logging: console``)."""
+
+    def __init__(self):
+        self.buffer = logging.handlers.MemoryHandler(capacity=1 << 20, flushLevel=logging.CRITICAL + 1)
+        self.file: logging.Handler | None = None
+
+    def __enter__(self) -> "JobLog":
+        logging.getLogger().addHandler(self.buffer)
+        return self
+
+    def attach(self, path: Path) -> None:
+        self.file = _JobLogFile(path)
+        self.file.setFormatter(logging.Formatter(LOG_FORMAT))
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        for record in self.buffer.buffer:
+            self.file.handle(record)
+        self.buffer.buffer.clear()
+        root.addHandler(self.file)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self.buffer)
+        self.buffer.buffer.clear()
+        if self.file is not None and exc is not None and not isinstance(exc, ConfigError):
+            # the traceback behind the entry point's one line (dadam3.errors.boundary.failure_of): in the file only
+            said = failure_of(exc)
+            self.file.handle(logging.getLogger(__name__).makeRecord(
+                __name__, logging.ERROR, __file__, 0, "the run ended: %s", (said[1] if said else "internal error",),
+                None if isinstance(exc, RunStopped) else (exc_type, exc, tb)))     # a stop it chose: no traceback
+        if self.file is not None:
+            root.removeHandler(self.file)
+            self.file.close()
+
+
+def hydra_files(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> dict[Path, str]:
+    """What Hydra's ``.hydra/`` held (config.yaml, overrides.yaml, hydra.yaml), path -> text: written
+    by the run once it holds its directory (``hydra.output_subdir`` is null, so a refused run's Hydra
+    writes none over another run's). A resume adds ``.hydra/resumed_<iteration>/`` and keeps the
+    original. None outside a Hydra app."""
+    if not HydraConfig.initialized():
+        return {}
+    hc = HydraConfig.get()
+    out = run_dir / ".hydra" if resumed_at is None else run_dir / ".hydra" / f"resumed_{resumed_at:08d}"
+    return {out / "config.yaml": OmegaConf.to_yaml(cfg),
+            out / "overrides.yaml": OmegaConf.to_yaml(OmegaConf.create(list(hc.overrides.task))),
+            out / "hydra.yaml": OmegaConf.to_yaml(OmegaConf.create({"hydra": hc}), resolve=False)}
+
+
+def write_provenance(cfg: DictConfig, run_dir: Path, resumed_at: int | None = None) -> None:
+    """:func:`hydra_files`, written."""
+    write_files(hydra_files(cfg, run_dir, resumed_at))
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Each ``path: text`` written (its directory made); a write that fails is
+    :class:`~dadam3.errors.files.WriteFailed` naming the file."""
+    for path, text in files.items():
+        with writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+
+
+def _git(*args: str) -> str:
+    """``git ARGS`` in the package's checkout. --no-optional-locks: git status must not take the
+    user's index lock (a run stopped mid-call would leave .git/index.lock behind)."""
+    here = Path(__file__).resolve().parent
+    return subprocess.run(["git", "--no-optional-locks", "-C", str(here), *args], capture_output=True, text=True,
+                          timeout=10, check=True).stdout
+
+
+def code_commit() -> str:
+    """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
+    try:
+        commit = _git("rev-parse", "HEAD").strip()
+        return commit + (DIRTY if _git("status", "--porcelain", "--untracked-files=no", *NOT_RESULTS).strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+
+
+def _code_diff() -> str | None:
+    """The uncommitted changes of the checkout's code (``git diff HEAD``, ``results/`` left out: what
+    ``+dirty`` stands for); None when git cannot say."""
+    try:
+        return _git("diff", "HEAD", "--binary", *NOT_RESULTS)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _device_model(device: str) -> str:
+    """The accelerator's name, or the CPU's model name from /proc/cpuinfo (platform's otherwise)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or UNKNOWN
+
+
+def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> None:
+    """:func:`provenance_files`, written."""
+    write_files(provenance_files(run_dir, device, iteration, identity))
+
+
+def provenance_files(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict[Path, str]:
+    """``provenance.json`` with this segment of the run (fresh start or resume at ``iteration``)
+    appended, path -> text: code commit, torch and Python versions, device model, thread count, and
+    the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
+    key of the identity starts a segment of another one). From a checkout with uncommitted changes
+    (commit ``+dirty``) the diff goes beside it as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
+    for a resume), named in the entry (``code_diff``)."""
+    entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
+             "code_commit": code_commit(), "torch": torch.__version__,
+             "python": platform.python_version(), "device": device, "device_model": _device_model(device),
+             "torch_threads": torch.get_num_threads()}
+    files = {}
+    diff = _code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
+    if diff is not None:
+        where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
+        files[run_dir / where] = diff
+        entry["code_diff"] = where.as_posix()
+    path = run_dir / PROVENANCE
+    try:
+        segments = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError):
+        segments = []
+    segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
+    files[path] = json.dumps(segments + [entry], indent=1) + "\n"
+    return files

@@ -1,0 +1,190 @@
+"""Command-line overrides against the schema: one line for a key that is unknown or means
+nothing for the chosen option, before Hydra composes (whose own error spans many lines).
+
+:func:`check_overrides` composes the config for each combination of the group choices on
+the command line (a sweep's too), then walks every other override's key through the
+schema and applies that field's check to each of its values. :func:`compose` is the same
+check followed by Hydra's composition, as the tests and scripts compose a config.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import fields, is_dataclass
+from typing import Any, Sequence
+
+from hydra import compose as hydra_compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from dadam3.run.config import CONFIG_DIR
+from dadam3.errors.config import ConfigError
+from dadam3.run.schema.fields import closest, did_you_mean, schema_field
+from dadam3.run.schema.groups import GROUPS, option_schema
+from dadam3.run.schema.runs import SyntheticConfig, TrainConfig, only_with
+
+ROOTS = {"train": TrainConfig, "synthetic": SyntheticConfig}      # config name -> its schema
+
+# Hydra's options that take a value in the next argument
+VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+               "--config-dir", "-cd", "--experimental-rerun")
+
+
+def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """:func:`check_overrides`, then Hydra's composition (its errors reduced to one line)."""
+    check_overrides(config_name, overrides)
+    return _compose(config_name, overrides)
+
+
+def check_overrides(config_name: str, argv: Sequence[str]) -> None:
+    """Raise a one-line ConfigError for an override whose key the schema does not know (with
+    ``+`` too), that means nothing for the chosen group option, or whose value its field's
+    check refuses. Hydra's flags and ``hydra.*`` keys are left to Hydra."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(_overrides_only(argv))
+    except HydraException:
+        return                                   # not an override Hydra can parse: Hydra says why
+    choices = [o for o in parsed if "." not in o.key_or_group and (CONFIG_DIR / o.key_or_group).is_dir()
+               and not o.key_or_group.startswith("hydra") and o.type != OverrideType.DEL]
+    values = [o for o in parsed if o not in choices and o.package is None and o.type != OverrideType.DEL
+              and not o.key_or_group.startswith("hydra")]
+    if not values:
+        return
+    lines = [[f"{o.input_line.partition('=')[0]}={v}" for v in _values(o, as_text=True)] for o in choices]
+    searchpath = [o.input_line for o in parsed if o.key_or_group == "hydra.searchpath"]   # where options are found
+    for combo in itertools.product(*lines):
+        cfg = _compose(config_name, [*searchpath, *combo])
+        for o in values:
+            for value in _values(o):
+                _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
+        if ROOTS[config_name] is TrainConfig:
+            _check_only_with(cfg, [o for o in values if not o.is_sweep_override()])
+
+
+def _check_only_with(cfg: DictConfig, given: list[Override]) -> None:
+    """A key given (at any value, its default too) where the config it makes means nothing by it
+    (:data:`~dadam3.run.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``)."""
+    cfg = cfg.copy()
+    with open_dict(cfg):
+        for o in given:
+            try:
+                OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
+            except Exception:           # a value Hydra will refuse in its own words
+                return
+    for o in given:
+        said = only_with(cfg, o.key_or_group)
+        if said is not None:
+            raise ConfigError(o.key_or_group, o.input_line.partition("=")[2], f"only used with {said}")
+
+
+def merged_overrides(base: Sequence[str], given: Sequence[str], dropped: Sequence[str] = ()) -> list[str]:
+    """``base`` (a run's overrides, later ones winning) with every key that ``given`` sets (or
+    that ``dropped`` names) removed, then ``given``: what a resume composes, where only the keys
+    on its command line change anything. Overrides Hydra cannot parse are kept as they are."""
+    parser = OverridesParser.create()
+
+    def key(line: str) -> str | None:
+        try:
+            return parser.parse_overrides([line])[0].key_or_group
+        except HydraException:
+            return None
+
+    taken = {key(o) for o in given} | set(dropped)
+    kept: dict = {}
+    for line in base:
+        k = key(line)
+        if k not in taken and not (k or "").startswith("hydra."):
+            kept.pop(k or line, None)
+            kept[k or line] = line
+    return [*kept.values(), *given]
+
+
+def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
+    """Walk ``key`` through the schema ``root`` (a group: the schema its chosen option's name
+    selects, :func:`~dadam3.run.schema.groups.option_schema`) and check ``value`` with the field's check."""
+    parts = key.split(".")
+    cls: Any = root
+    for i, part in enumerate(parts):
+        path, rest = ".".join(parts[:i + 1]), parts[i + 1:]
+        names = [f.name for f in fields(cls)]
+        f = schema_field(cls, part)
+        if f is None:
+            if i == 1 and parts[0] in GROUPS:
+                choice = cfg[parts[0]][GROUPS[parts[0]][0]]
+                raise ConfigError(path, _nest(rest, value), f"means nothing for {parts[0]}={choice} (its keys: "
+                                                            f"{', '.join(names)}){did_you_mean(part, names)}")
+            if part in getattr(cls, "renamed", {}):         # a key of an earlier version
+                raise ConfigError(path, _nest(rest, value), f"is now {cls.renamed[part]}: use "
+                                                            f"{cls.renamed[part]}={_nest(rest, value)}")
+            raise ConfigError(path, _nest(rest, value), f"unknown key{_suggest(part, cls, names)}")
+        if not rest:
+            check = f.metadata.get("check")
+            if check is not None and not (isinstance(value, str) and "${" in value):
+                check(path, value)
+            return
+        if i == 0 and part in GROUPS:
+            cls = option_schema(part, cfg[part][GROUPS[part][0]])
+            if cls is None:
+                return                      # an option no schema knows: the settings refuse its name
+        elif is_dataclass(f.default_factory):
+            cls = f.default_factory
+        elif getattr(f.metadata.get("check"), "free_keys", False):
+            return                          # a builder's keyword arguments: it checks them
+        else:
+            raise ConfigError(f"{path}.{rest[0]}", _nest(rest[1:], value), f"unknown key ({path} is a value)")
+
+
+def config_error(e: Exception) -> ConfigError:
+    """Hydra's or OmegaConf's error (a composition, a type, an interpolation) as one line."""
+    cause = e
+    while cause.__cause__ is not None and not isinstance(cause, ConfigError):
+        cause = cause.__cause__
+    if isinstance(cause, ConfigError):
+        return cause
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return ConfigError(getattr(cause, "full_key", None) or "config", getattr(cause, "value", "?"), first)
+
+
+def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        try:
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+        except Exception as e:
+            raise config_error(e) from None
+
+
+def _overrides_only(argv: Sequence[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("-"):
+            skip = not skip and arg in VALUE_FLAGS
+            continue
+        out.append(arg)
+    return out
+
+
+def _values(o: Override, as_text: bool = False) -> list:
+    """The override's value, or each value of its sweep (an interval sweep: none to check)."""
+    if not o.is_sweep_override():
+        return [o.get_value_element_as_str() if as_text else o.value()]
+    try:
+        return list(o.sweep_string_iterator() if as_text else o.sweep_iterator())
+    except HydraException:
+        return []
+
+
+def _nest(rest: list[str], value: Any) -> Any:
+    for part in reversed(rest):
+        value = {part: value}
+    return value
+
+
+def _suggest(part: str, cls: type, names: list[str]) -> str:
+    """A key's new name, or a close key, nested ones too (``iterations`` -> ``loop.iterations``)."""
+    dotted = {name: name for name in names}
+    for f in fields(cls):
+        if is_dataclass(f.default_factory):
+            dotted.update({g.name: f"{f.name}.{g.name}" for g in fields(f.default_factory) if g.name not in dotted})
+    close = closest(part, dotted)
+    return f"; did you mean {dotted[close]}?" if close else ""

@@ -1,0 +1,346 @@
+"""The simulated multi-node WGAN-GP training loop: all M node copies in one batched computation.
+
+One iteration k (the paper's simultaneous game, ``n_critic = 1``; :meth:`WGANTrainer.train_step`)::
+
+    x ~ each node's data, z ~ N(0, I), eps ~ U[0, 1]       (one batch per node: [M, B, ...])
+    grads  <- [grad_theta L_G, grad_alpha L_D] at the parameters (Z_k)   (wgan_gp_step)
+    finiteness of the losses noted (on the device)
+    step_together([opt_d, opt_g])          (the gossip step: update + mixing, one exchange per
+                                            round for both players; params <- Z_{k+1})
+    records <- the losses and operator norm per node, into the logging window
+
+``autocast="bf16"`` runs the gradient evaluation (forward passes, penalty, backward) under
+``torch.autocast``; parameters, gradients, optimizer state and gossip stay float32.
+
+With ``n_critic > 1`` the critic takes ``n_critic`` steps (fresh batches), then the
+generator one (alternating form, for users who want it; not the paper's).
+
+Around the iteration each component says when it is due (no schedule in the loop): the
+records (:class:`dadam3.run.records.Records`, on the logging grid), the evaluation
+(:class:`dadam3.metrics.evaluation.Evaluation`), the sample grids
+(:class:`dadam3.gan.samples.SampleGrids`) and the checkpointer
+(:class:`dadam3.run.checkpoint.checkpointer.Checkpointer`). Finiteness is read before anything is
+written (:mod:`dadam3.gan.finiteness`). The run's state is one object, saved and loaded as one
+(:class:`dadam3.run.state.TrainState`). Early stops: a stop signal after an iteration (checkpoint
+saved; :mod:`dadam3.run.signals`), a write that failed (the previous checkpoint kept): each ends
+the log with an ``interrupted`` record wherever one can still be written, said once, by rank 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dadam3.distributed.failures import DistributedTimeout
+from dadam3.errors.files import WriteFailed
+from dadam3.errors.stops import RunStopped, StoppedAtOnce
+from dadam3.gan.clipping import clip_node_grads_
+from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
+from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
+from dadam3.gan.stacked import StackedNet
+from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
+from dadam3.optim import step_together
+from dadam3.errors.boundary import failure_of
+from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
+from dadam3.run.divergence import loss_beyond
+from dadam3.run.loggers import progress
+from dadam3.run.records import gathered_net
+from dadam3.run.schema import LoopSettings
+from dadam3.run.signals import Interrupted, StopSignals, overdue
+from dadam3.run.state import RunContext, RunOutputs, TrainState
+
+
+class WGANTrainer:
+    """Trains node-stacked G, D with two node optimizers (one per player) sharing one mixer,
+    from the run's ``state`` (:class:`TrainState`), the ``loop`` settings, where the run lives
+    (``run``) and what it writes (``outputs``)."""
+
+    def __init__(self, state: TrainState, settings: LoopSettings, run: RunContext, outputs: RunOutputs):
+        self.state, self.s, self.run = state, settings, run
+        self.records, self.checkpointer = outputs.records, outputs.checkpointer
+        self.samples, self.evaluate = outputs.samples, outputs.evaluate
+        self.run_dir, self.placement, self.device, self.dtype = Path(run.run_dir), run.placement, run.device, run.dtype
+        self.nz, self.M = state.G.in_shape[0], state.G.num_nodes
+        self.finite = FinitenessWatch(list(state.block), self.placement)
+        # cuda.graphs: the whole simultaneous iteration as one graph where the gossip allows it,
+        # else the gradient evaluation alone (the alternating form: eager)
+        whole = run.graphs and settings.n_critic == 1 and iteration_obstacle(state.mixer) is None
+        self.iteration_graph = (IterationGraph(self._iteration, self._draw, (state.G, state.D),
+                                               (state.opt_d, state.opt_g), state.mixer) if whole else None)
+        self.graph = (GraphedGradients(state.G, state.D, self._draw, settings.gp_lambda, settings.autocast == "bf16")
+                      if run.graphs and not whole else None)
+
+    # the players, read from the state
+    G = property(lambda self: self.state.G)
+    D = property(lambda self: self.state.D)
+    opt_g = property(lambda self: self.state.opt_g)
+    opt_d = property(lambda self: self.state.opt_d)
+    sampler = property(lambda self: self.state.sampler)
+
+    # ------------------------------------------------------------------ one iteration
+    def train_step(self) -> dict[str, torch.Tensor]:
+        """Iteration k -> k + 1 (the module docstring's steps): its per-node values [M], which
+        also go into the logging window."""
+        k = self.state.iteration + 1
+        configured = self._warm_up(k)                   # loop.lr_warmup: iteration k's lr, the configured one kept
+        try:
+            if self.s.n_critic > 1:
+                out = self._alternating_step(k)
+            else:                                       # cuda.graphs: one replayed graph, else eagerly
+                out = self.iteration_graph() if self.iteration_graph is not None else self._iteration()
+                self.finite.note(out, k)                # the losses' finiteness, noted on the device
+        finally:
+            for group, lr in configured:                # the optimizers hold the configured lr again
+                group["lr"] = lr
+        self.state.window.add(out)                      # the records
+        return out
+
+    def _iteration(self, inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The simultaneous iteration's device work, on ``inputs`` (real, z, eps: the graph's
+        static buffers) or this iteration's draw: what :class:`IterationGraph` captures."""
+        if inputs is None:
+            out = self._gradients()                     # [grad_theta L_G, grad_alpha L_D] at Z_k
+        else:
+            with self._autocast(cache=False):           # capture needs autocast's weight-cast cache off
+                out = wgan_gp_step(self.G, self.D, *inputs, gp_lambda=self.s.gp_lambda)
+        out["operator_norm"] = self._operator_norm()
+        self._clip(self.D, self.G)
+        step_together([self.opt_d, self.opt_g])         # both players' step, one gossip exchange per round: Z_{k+1}
+        return out
+
+    def _warm_up(self, k: int) -> list[tuple[dict, float]]:
+        """``loop.lr_warmup=N`` (0: off): iteration k's steps use lr_k = lr · k / N while k < N, for
+        both players and every optimizer alike. Returns each param group with its configured lr,
+        which :meth:`train_step` puts back after the step: a checkpoint holds the configured lr, so a
+        resume mid-warm-up continues the same schedule."""
+        n = self.s.lr_warmup
+        if not n or k >= n:
+            return []
+        configured = [(g, g["lr"]) for opt in (self.opt_d, self.opt_g) for g in opt.param_groups]
+        for group, lr in configured:
+            group["lr"] = lr * k / n
+        return configured
+
+    def _gradients(self) -> dict[str, torch.Tensor]:
+        """Both players' gradients at the parameters, and the losses: a replayed CUDA graph
+        (``cuda.graphs``: the same values) or eagerly."""
+        if self.graph is not None:
+            return self.graph()
+        with self._autocast():
+            return wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+
+    def _alternating_step(self, k: int) -> dict[str, torch.Tensor]:
+        """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
+        for _ in range(self.s.n_critic):
+            overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
+            with self._autocast():
+                out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+            self.finite.note(out, k)
+            self._clip(self.D)
+            self.opt_d.step()
+        z = self.state.noise.normal(self.s.batch_size, self.nz, dtype=self.dtype)
+        with self._autocast():
+            g_out = generator_step(self.G, self.D, z)
+        self.finite.note(g_out, k)
+        out["loss_g"] = g_out["loss_g"]
+        out["operator_norm"] = self._operator_norm()
+        self._clip(self.G)
+        self.opt_g.step()
+        return out
+
+    def _draw(self):
+        """Iteration k's batch: every node's data, noise z and interpolation weights eps."""
+        B, noise = self.s.batch_size, self.state.noise
+        real = self.sampler.next_batch().to(self.dtype)
+        return real, noise.normal(B, self.nz, dtype=self.dtype), noise.uniform(B, dtype=self.dtype)
+
+    def _autocast(self, cache: bool = True):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16",
+                              cache_enabled=cache)
+
+    def _clip(self, *nets: StackedNet) -> None:
+        """``loop.clip_grad_norm`` (0: off): each node's gradients of each player to norm <= the bound."""
+        if self.s.clip_grad_norm:
+            for net in nets:
+                clip_node_grads_(net, self.s.clip_grad_norm)
+
+    def _operator_norm(self) -> torch.Tensor:
+        """Per node ||[grad_theta L_G, grad_alpha L_D]||_2 at the current point: [M]."""
+        norms = [torch.linalg.vector_norm(p.grad.detach().reshape(self.M, -1), dim=1)
+                 for net in (self.G, self.D) for p in net.parameters() if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(norms), dim=0)
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> None:
+        bar = progress(self.s.iterations, initial=self.state.iteration, desc="train",
+                       disable=not (self.s.progress and self.placement.is_main))
+        try:
+            with StopSignals() as stop:
+                self._loop(bar, stop)
+        except StoppedAtOnce as e:               # a second signal: the record it can still have
+            e.echo = self.placement.is_main
+            self._terminal_record("interrupted", f"{e}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        except DistributedTimeout as e:          # a peer died or hung: the survivors end the log
+            e.iteration = self.state.iteration + 1
+            self._terminal_record("interrupted", f"peer failure: {e}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        except BaseException as e:               # what the boundary says (dadam3.errors.boundary.failure_of)
+            if not (isinstance(e, RunStopped) and getattr(e, "recorded", False)):   # the trainer's own: recorded
+                said = failure_of(e)
+                what = said[1] if said is not None else f"internal error: {type(e).__name__}: {e}"
+                self._terminal_record("interrupted", f"{what}; last checkpoint: {self._last_checkpoint()}")
+            raise
+        finally:
+            bar.close()
+
+    def _loop(self, bar, stop: StopSignals) -> None:
+        """Iterations until ``iterations``, or until a stop signal (then checkpoint and stop)."""
+        st = self.state
+        while st.iteration < self.s.iterations:
+            self.train_step()
+            (signum,) = self.placement.agree_max([stop.signum or 0])
+            st.iteration += 1
+            k, last = st.iteration, st.iteration == self.s.iterations
+            evaluate = self.evaluate is not None and self.evaluate.due(k, last)
+            log = self.records.due(k, last, evaluate)
+            sample = self.samples is not None and self.samples.due(k, last)
+            save = self.checkpointer.due(k, last, stopping=bool(signum))
+            if log or sample or save:
+                self._check_finite()                    # before anything is written
+            if log or sample:
+                self.stop_if_write_failed(self._write_outputs(k, log, evaluate, sample, bar))
+            if save:
+                self.save_checkpoint()
+            bar.update(1)
+            if signum and not last:
+                self._interrupted(signum)
+
+    def _write_outputs(self, k: int, log: bool, evaluate: bool, sample: bool, bar) -> WriteFailed | None:
+        """Iteration k's record and sample grids. Every collective runs whatever fails here; a
+        write that failed is returned (and the writes after it skipped)."""
+        failed = None
+        try:
+            if log:
+                self._log(k, evaluate, bar)
+        except WriteFailed as e:
+            failed = e
+        G = self._gathered_G() if sample else None
+        try:
+            if sample and self.placement.is_main and failed is None:
+                self.samples.write(G, k)
+        except WriteFailed as e:
+            failed = e
+        return failed
+
+    def _log(self, k: int, evaluate: bool, bar) -> None:
+        """The record of iteration k (with the evaluation's scores when it is due)."""
+        rec = self.records.record(k, self.state)
+        breach = loss_beyond(rec, self.s.diverge_above)      # divergence that is not NaN (every rank alike)
+        if breach is not None:
+            self._diverged(Divergence(breach.message, breach.node, k))
+        if evaluate:
+            G = self._gathered_G()
+            if self.placement.is_main:
+                rec.update(self.evaluate.score(G, k))
+        self.records.logger.log(rec, step=k)
+        bar.set_postfix(loss_d=f"{rec['loss_d']:.3g}", loss_g=f"{rec['loss_g']:.3g}")
+
+    def _gathered_G(self) -> StackedNet | None:
+        """All M nodes' generator on rank 0 (None on other ranks); a collective when distributed."""
+        return gathered_net(self.G, self.run.full_G, self.placement)
+
+    def _check_finite(self) -> None:
+        """Stop, naming node and iteration, if a loss or parameter went NaN/Inf (every rank alike)."""
+        bad = self.finite.check((("generator", self.G), ("critic", self.D)), self.state.iteration)
+        if bad is not None:
+            self._diverged(bad)
+
+    def _diverged(self, bad: Divergence) -> None:
+        kept = (f"; last good checkpoint: {self.checkpointer.path}" if self.checkpointer.written()
+                else "; no checkpoint was written yet")
+        self.records.status(bad.iteration, "diverged", self.wall_time(), node=bad.node, message=bad.message)
+        raise self._agreed(TrainingDiverged(bad.message + kept))
+
+    def finish(self) -> None:
+        """The final ``finished`` record; closes the logger and releases the run directory."""
+        self.records.status(self.state.iteration, "finished", self.wall_time())
+        self.records.logger.finish()
+        if self.run.lock is not None:
+            self.run.lock.release()
+
+    def wall_time(self) -> float:
+        return self.state.wall_time()
+
+    # ------------------------------------------------------------------ early stops (see the module docstring)
+    def _continue_with(self) -> str:
+        if not checkpoint_path(self.run_dir).is_file():
+            return "start the run again"
+        return f"continue with `{resume_command(self.run_dir)}`"
+
+    def stop_if_write_failed(self, failed: WriteFailed | None) -> None:
+        """Every rank stops alike if a write failed on one (a collective when distributed): the
+        ``interrupted`` record with the reason where it can still be written, one line."""
+        (any_failed,) = self.placement.agree_max([int(failed is not None)])
+        if not any_failed:
+            return
+        if StoppedAtOnce.raised is not None:      # a second signal, not the disk: said as the stop
+            raise StoppedAtOnce.raised
+        path, reason = (failed.path, failed.reason) if failed is not None else (self.run_dir, "on rank 0")
+        self._terminal_record("interrupted", f"write failed: {path}: {reason}")
+        raise self._agreed(WriteFailed(path, f"{reason} at iteration {self.state.iteration}; last checkpoint: "
+                                             f"{self._last_checkpoint()}; free space and {self._continue_with()}"))
+
+    def _checkpoint_failed(self, path: Path, reason: str) -> None:
+        if StoppedAtOnce.raised is not None:      # a second signal during the write, not the disk
+            raise StoppedAtOnce.raised
+        k = self.state.iteration
+        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
+        self._terminal_record("interrupted", reason)
+        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
+                                                f"{self._continue_with()}"))
+
+    def _interrupted(self, signum: int) -> None:
+        """After the checkpoint: the record, then every rank waits for rank 0 to have written it
+        (so the ranks exit together: a launcher sees one clean stop, not a rank gone early)."""
+        name, k = signal.Signals(signum).name, self.state.iteration
+        self.records.status(k, "interrupted", self.wall_time(), signal=name)
+        self.records.logger.finish()
+        self.placement.agree_max([0])
+        raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; {self._continue_with()}",
+                                       signum))
+
+    def _last_checkpoint(self) -> str:
+        path = checkpoint_path(self.run_dir)
+        return str(path) if path.is_file() else "none written yet"
+
+    def _terminal_record(self, status: str, reason: str) -> None:
+        """The log's last record, where it can still be written (its disk may be full too)."""
+        k = self.state.iteration
+        record = {"iteration": k, "status": status, "reason": reason, "time": self.wall_time()}
+        for act in (lambda: self.records.logger.log(record, step=k), self.records.logger.finish):
+            with contextlib.suppress(Exception):        # stderr says the reason in any case
+                act()
+
+    def _agreed(self, stop: RunStopped) -> RunStopped:
+        """A stop every rank agreed on is printed by rank 0 only (its record is written)."""
+        stop.echo = self.placement.is_main
+        stop.recorded = True
+        return stop
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint(self) -> dict[str, Any]:
+        """This rank's checkpoint: the run's state and the log's place (dadam3.run.checkpoint)."""
+        k = self.state.iteration
+        return self.checkpointer.contents({**self.state.state_dict(), **self.records.state_dict(k)})
+
+    def save_checkpoint(self) -> Path:
+        """Rank 0 writes the checkpoint of all M nodes (a collective when distributed). A write
+        that fails stops every rank alike (:class:`CheckpointNotWritten`)."""
+        failure = self.checkpointer.save(self.checkpoint())
+        if failure is not None:
+            self._checkpoint_failed(self.checkpointer.path, failure)
+        return self.checkpointer.path
