@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "dadam3"
 # A name matches a module and, with a trailing ".", every module under it; the first
 # matching layer counts.
 LAYERS = (
-    ("foundation", ("dadam3", "dadam3.errors", "dadam3.errors.", "dadam3.cuda_flags", "dadam3.numba_cache")),
+    ("foundation", ("dadam3", "dadam3.errors", "dadam3.errors.", "dadam3.numba_cache")),
     # the science: never imports dadam3.run (test_the_science_imports_without_the_run_machinery)
     ("gossip", ("dadam3.topology", "dadam3.topology_checks", "dadam3.ordered_mix", "dadam3.ordered_mix_triton",
                 "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.")),
@@ -27,7 +27,7 @@ LAYERS = (
                  "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
     # the run machinery (dadam3/run/): files and records below the schema, the training loop
     # above it (it reads the schema's LoopSettings), the set-up of a run on top
-    ("run files", ("dadam3.run", "dadam3.run.paths", "dadam3.run.config",
+    ("run files", ("dadam3.run", "dadam3.run.paths", "dadam3.run.config", "dadam3.run.cuda_flags",
                    "dadam3.run.checkpoint", "dadam3.run.checkpoint.", "dadam3.run.loggers", "dadam3.run.rewind",
                    "dadam3.run.signals", "dadam3.run.divergence")),
     ("run schema", ("dadam3.run.schema", "dadam3.run.schema.")),

@@ -13,7 +13,7 @@ from PIL import Image
 
 import dadam3.run.trainer as trainer_mod
 from dadam3.run.checkpoint import checkpoint_path, load
-from dadam3.cuda_flags import set_cuda_flags
+from dadam3.run.cuda_flags import set_cuda_flags
 from dadam3.errors.config import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.finiteness import TrainingDiverged

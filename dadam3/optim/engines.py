@@ -2,10 +2,9 @@
 
 An algorithm's math is written once (its ``direction``, the skeleton's ``phase``, in the
 vocabulary of :mod:`dadam3.optim.elementwise`); an engine says how it runs. Each has one
-method, ``run(rnd, group)``: round ``rnd``'s phase over the group's flat ``[n, P]`` buffers
-(:class:`~dadam3.optim.base.FlatGroup`), the value to mix written into ``group.work`` and the
-new skeleton and algorithm state into their buffers. The step's loop
-(:func:`dadam3.optim.base.step_together`) calls it for every round and group, then mixes.
+method, ``run(rnd, group)``: round ``rnd``'s phase over the group's flat ``[n, P]`` buffers, the
+value to mix into ``group.work``, the new states into their buffers; :func:`dadam3.optim.base.run_rounds`
+calls it for every round and group, then mixes.
 
 =================  ============================================  ====================================
 engine             how the phase runs                            chosen by ``engine="auto"``
@@ -17,8 +16,7 @@ engine             how the phase runs                            chosen by ``eng
 
 ``engine="eager"`` (library argument of :func:`dadam3.optim.build_optimizer`, config key
 ``optimizer.engine=eager``) runs :class:`Eager` everywhere: a breakpoint in an algorithm's
-``direction`` then fires at every step. The three are proven equal in float64
-(``tests/test_optim_engines.py``).
+``direction`` then fires at every step. The three are proven equal in float64 (tests/test_optim_engines.py).
 """
 from __future__ import annotations
 
@@ -29,14 +27,11 @@ import math
 import sys
 import types
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from dadam3.numba_cache import njit_cached
-
-if TYPE_CHECKING:
-    from dadam3.optim.base import NodeOptimizer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +39,7 @@ ENGINES = ("auto", "eager")          # the switch a user sets: "auto" picks one 
 NUMBA_DTYPES = (torch.float32, torch.float64)    # what the numba pass runs on
 
 
-def eager_update(algorithm: type[NodeOptimizer], rnd, g, s, p, work, own, state) -> None:
+def eager_update(algorithm: type, rnd, g, s, p, work, own, state) -> None:
     """Round ``rnd``'s phase of ``algorithm`` (the optimizer's class) on whole flat tensors (``s``:
     the scalars tensor): the value to mix written into ``work``, the new ``own`` and ``state`` into
     their buffers. The skeleton's ``phase`` (and in it ``algorithm.direction``) runs here, in
@@ -192,13 +187,11 @@ def register_twins() -> None:
 
 
 def gather(bufs: tuple, j: int) -> tuple:
-    """The tuple of ``bufs[i][j]``."""
-    return tuple(b[j] for b in bufs)
+    return tuple(b[j] for b in bufs)               # the tuple of bufs[i][j]
 
 
 def scatter(bufs: tuple, j: int, values: tuple | None) -> None:
-    """``bufs[i][j] = values[i]`` (nothing for ``values=None``)."""
-    for b, v in zip(bufs, values or ()):
+    for b, v in zip(bufs, values or ()):           # bufs[i][j] = values[i] (nothing for values=None)
         b[j] = v
 
 
@@ -236,13 +229,13 @@ def flat_pass(g, t, a, p, own, state, work):
     ELEMENT_PASS(g, t, a, p, own, state, work)  # noqa: F821 - bound by bind()
 
 
-def round_pass(cls: type[NodeOptimizer], rnd) -> Callable:
+def round_pass(cls: type, rnd) -> Callable:
     """:func:`element_pass` for round ``rnd`` of optimizer class ``cls``, inlined where numba calls
     it (the flat pass, the synthetic game's loop)."""
     return bind(element_pass, "element_pass", cache=False, inline="typed", **round_names(cls, rnd))
 
 
-def round_names(cls: type[NodeOptimizer], rnd) -> dict:
+def round_names(cls: type, rnd) -> dict:
     """The globals :func:`element_pass` is bound with for round ``rnd`` of optimizer class ``cls``:
     ``PHASE``, the skeleton's ``phase`` function, inlined where it is called (so numba keeps
     only the branch of ``WHICH`` = ``rnd.phase``, a constant), and ``ALGORITHM`` = :func:`algorithm_math`."""
@@ -256,7 +249,7 @@ def _inlined(fn: Callable) -> Callable:
 
 
 @lru_cache(maxsize=None)
-def algorithm_math(cls: type[NodeOptimizer]) -> types.ModuleType:
+def algorithm_math(cls: type) -> types.ModuleType:
     """What numba reads as ``algorithm`` in a skeleton's ``phase``: a namespace holding ``cls``'s
     ``direction`` (registered with :func:`jitted`). numba cannot hold a class, and it reads the
     attributes of a module as constants."""
@@ -266,12 +259,10 @@ def algorithm_math(cls: type[NodeOptimizer]) -> types.ModuleType:
 
 
 def bind(body: Callable, name: str, cache: bool = True, inline: str = "never", **names) -> Callable:
-    """``body`` compiled by numba with ``names`` as its globals (constants to numba), cached on
-    disk under ``name`` (see the module docstring; without a writable cache directory, or with
-    ``cache=False``, compiled in this process only); ``inline="always"`` makes numba inline it
-    where it is called (no call, so no reference counting of the arrays passed) before typing,
-    ``inline="typed"`` after typing (numba's ``register_jitable``): the synthetic game's loop
-    inlines its :func:`element_pass` es so, measured ~25 % faster for DP-OAdam than before typing."""
+    """``body`` compiled by numba with ``names`` as its globals (constants to numba), cached on disk
+    under ``name`` (``cache=False``: in this process only); inlined where it is called (no reference
+    counting of the arrays passed) before typing for ``inline="always"``, after typing for
+    ``"typed"`` (``register_jitable``: ~25 % faster for DP-OAdam's synthetic loop than before)."""
     from numba import njit
 
     from dadam3.optim.elementwise import HELPERS

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 
 from dadam3.run.checkpoint.checkpointer import Checkpointer
-from dadam3.cuda_flags import set_cuda_flags
+from dadam3.run.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
 from dadam3.errors.config import ConfigError, named_as
