@@ -5,8 +5,8 @@ start of a training run (``start.py``: a resume's own config, then the settings)
 (``build.py``, every check first: ``checks.py``, ``directory.py``, ``manifest.py``), the trainer
 (``trainer.py``, with its ``state.py`` and ``records.py``), checkpoints (``checkpoint/``), the log
 (``loggers.py``, ``rewind.py``, ``job_log.py``), stop signals (``signals.py``), sweeps
-(``sweep.py``), the divergence rule (``divergence.py``) and the paths a run will write, checked first
-(``paths.py``).
+(``sweep.py``), the divergence rule (``divergence.py``), the process-wide CUDA settings
+(``cuda_flags.py``) and the paths a run will write, checked first (``paths.py``).
 
 The line: the science (:mod:`dadam3.optim`, :mod:`dadam3.topology`, :mod:`dadam3.mixing`,
 :mod:`dadam3.games`, :mod:`dadam3.gan`, :mod:`dadam3.metrics`, :mod:`dadam3.data`) never imports
