@@ -1,6 +1,6 @@
 """Architecture numbers of the dadam3 package found first on ``PYTHONPATH`` (issue 27, point 2).
 
-    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-climbs] [--resume] [--calls] [--step]
+    PYTHONPATH=<tree> python scripts/arch_metrics.py [--no-returns] [--resume] [--calls] [--step]
 
 Run it on two trees for a before -> after (e.g. ``git worktree add /tmp/before <commit>``,
 then ``PYTHONPATH=/tmp/before python scripts/arch_metrics.py``). The layer map and the
@@ -12,8 +12,9 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   ``**kwargs`` one each), and where.
 * ``upward_imports``: imports (lazy ones too) of a module from a layer above its own, with this
   checkout's ``test_layering.LAYERS`` (modules of the tree in no layer are listed apart).
-* ``climbs``: the set-up of ``python -m dadam3.train`` (run in this process with
-  ``runpy``, the 2-D toy config of :data:`OVERRIDES`, one iteration), traced with
+* ``returns_to_entry`` (a runtime count of this script's own, not the static walk of the run
+  config through the code that issue 35 counts): the set-up of ``python -m dadam3.train`` (run
+  in this process with ``runpy``, the 2-D toy config of :data:`OVERRIDES`, one iteration), traced with
   ``sys.setprofile`` from the call of train.py's Hydra task ``main(cfg)`` (the config in hand;
   the module's import-time code, decorators included, is not counted) until
   ``WGANTrainer.fit`` is called. For every frame F running code of ``dadam3/train.py``, count
@@ -21,13 +22,13 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   module (``c_call`` events, and frames of other packages or of generated code such as
   dataclass ``__init__``, do not count); every such call but F's first is control that came
   back up into the entry point from the package
-  and went out again for the next piece: climbs(F) = max(0, calls(F) - 1), summed over the
+  and went out again for the next piece: returns(F) = max(0, calls(F) - 1), summed over the
   frames. With ``--resume`` the same walk is traced for ``resume=<that run> loop.iterations=2``
-  after the run went to its end (``climbs_on_resume``; a resume composes the run's own
+  after the run went to its end (``returns_to_entry_on_resume``; a resume composes the run's own
   config first). The same count for the frames of the build modules (``dadam3/run/build.py``
   and ``dadam3/run/start.py``, where the set-up lives after the change) is printed beside it
-  (``climbs_into_builders``): before the change they ran in train.py's frames and counted
-  there, so ``climbs + climbs_into_builders`` is the like-for-like total.
+  (``returns_to_builders``): before the change they ran in train.py's frames and counted
+  there, so ``returns_to_entry + returns_to_builders`` is the like-for-like total.
 * ``step_files`` (with ``--step``; issue 35 point 1): the files of ``dadam3/`` whose Python code
   runs in one ``optimizer.step()`` (traced with ``sys.setprofile``; the third step of Dadam3 on
   a 5-node ring, two parameter groups, float32 on the CPU; compilation and caches happen in the
@@ -98,7 +99,7 @@ class Stop(BaseException):
     """``WGANTrainer.fit`` was reached: the set-up is over."""
 
 
-def climbs(root: Path, resume: bool = False) -> dict:
+def returns_to_entry(root: Path, resume: bool = False) -> dict:
     """The profile of the entry point's set-up, of a fresh run or (``resume``) of a resume of
     one that ended (see the module docstring)."""
     package = str(root) + os.sep
@@ -146,7 +147,7 @@ def climbs(root: Path, resume: bool = False) -> dict:
     into_entry = sum(max(0, n - 1) for (_, home), n in calls.items() if home == entry)
     into_builders = sum(max(0, n - 1) for (_, home), n in calls.items() if home != entry)
     key = "_on_resume" if resume else ""
-    return {f"climbs{key}": into_entry, f"climbs_into_builders{key}": into_builders,
+    return {f"returns_to_entry{key}": into_entry, f"returns_to_builders{key}": into_builders,
             f"calls_out{key}": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
 
 
@@ -186,9 +187,9 @@ def step_files(root: Path) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--no-climbs", action="store_true", help="the static numbers only")
-    p.add_argument("--calls", action="store_true", help="list the calls out that the climbs count")
-    p.add_argument("--resume", action="store_true", help="the climbs of a resume too")
+    p.add_argument("--no-returns", action="store_true", help="the static numbers only")
+    p.add_argument("--calls", action="store_true", help="list the calls out that these counts count")
+    p.add_argument("--resume", action="store_true", help="the same counts for a resume too")
     p.add_argument("--step", action="store_true", help="the files one optimizer step runs (step_files)")
     a = p.parse_args()
     import dadam3
@@ -196,10 +197,10 @@ def main() -> None:
     out = {"package": str(root), **static_numbers(root)}
     if a.step:
         out.update(step_files(root))
-    if not a.no_climbs:
+    if not a.no_returns:
         for resume in (False, True) if a.resume else (False,):
             with contextlib.redirect_stdout(sys.stderr):     # the run's log: stdout is the numbers'
-                found = climbs(root, resume)
+                found = returns_to_entry(root, resume)
             if not a.calls:
                 found = {k: v for k, v in found.items() if not k.startswith("calls_out")}
             out.update(found)

@@ -1,4 +1,5 @@
-"""How the M nodes see the data: one mini-batch per node per call, stacked on a node axis.
+"""How the M nodes see the data: one mini-batch per node per call, stacked on a node axis
+(:class:`NodeSampler`); and each node's own stream of generator noise (:class:`NodeNoise`).
 
 Sampling rule (per node, independent of the others):
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +44,40 @@ def node_seed(seed: int, node: int, stream: int = 0) -> int:
     parent = np.random.SeedSequence(seed if stream == 0 else [seed, stream])
     child = np.random.SeedSequence(parent.entropy, spawn_key=(node + 1 if stream == 0 else node,))
     return int(child.generate_state(1, np.uint64)[0])
+
+
+NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
+
+
+class NodeNoise:
+    """Every node's own stream of generator noise z and interpolation weights eps, seeded from
+    (seed, node index), so results do not depend on how nodes are spread over processes.
+
+    ``make_generator(device=...)`` makes one node's ``torch.Generator`` (torch's own by default:
+    on CUDA a CUDA generator)."""
+
+    def __init__(self, seed: int, node_ids: range, device: torch.device,
+                 make_generator: Callable[..., torch.Generator] = torch.Generator):
+        self.device = device
+        self.generators = [make_generator(device=device).manual_seed(node_seed(seed, i, NOISE_STREAM))
+                           for i in node_ids]
+
+    def normal(self, *shape: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[M, *shape]`` standard normal draws, row i from node i's stream."""
+        return torch.stack([torch.randn(*shape, generator=g, device=self.device, dtype=dtype)
+                            for g in self.generators])
+
+    def uniform(self, *shape: int, dtype: torch.dtype) -> torch.Tensor:
+        """``[M, *shape]`` draws from U[0, 1), row i from node i's stream."""
+        return torch.stack([torch.rand(*shape, generator=g, device=self.device, dtype=dtype)
+                            for g in self.generators])
+
+    def state_dict(self) -> list[torch.Tensor]:
+        return [g.get_state() for g in self.generators]
+
+    def load_state_dict(self, states: list[torch.Tensor]) -> None:
+        for g, state in zip(self.generators, states, strict=True):
+            g.set_state(state)
 
 
 class NodeSampler:

@@ -21,6 +21,7 @@ import torch
 from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.run.cuda_flags import set_cuda_flags
 from dadam3.data import NodeSampler, build_dataset
+from dadam3.data.node_sampler import NodeNoise
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
 from dadam3.errors.config import ConfigError, named_as
 from dadam3.gan.layer_autotune import autotune_pair
@@ -29,7 +30,7 @@ from dadam3.gan.own_nets import build_net, stack_own_nets
 from dadam3.run.records import Records
 from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
-from dadam3.run.state import NodeNoise, RunContext, RunOutputs, TrainState
+from dadam3.run.state import RunContext, RunOutputs, TrainState
 from dadam3.run.trainer import WGANTrainer
 from dadam3.gan.vmapped import stack_nets
 from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
@@ -41,6 +42,7 @@ from dadam3.run.checks import check_launch, check_outputs, check_paths, check_sh
 from dadam3.run.directory import RunDir, claim_run_dir
 from dadam3.run.loggers import NullLogger, build_logger
 from dadam3.run.schema import TrainConfig
+from dadam3.run.schema.runs import Distributed
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +91,12 @@ def start_processes(s: TrainConfig) -> Where:
     """This process's place among the run's (under torchrun: the ranks joined and agreed on the
     config), its device with the CUDA flags and threads set, and the players' mixer."""
     world = int(os.environ.get("WORLD_SIZE", "1")) if s.placement == "distributed" else 1
-    device = s.torch_device
-    with named_as({"model": "model.width"}):       # a net without a size key: its width
-        check_fits(s, world, device)
-    placement, make_mixer = Placement(s.nodes), LocalMixer
+    device, placement, make_mixer = s.torch_device, Placement(s.nodes), LocalMixer
     if s.placement == "distributed":
-        with named_as(s.distributed.keys("distributed.")):
+        fingerprint = run_fingerprint(flatten(s.config))
+        with named_as(Distributed.keys("distributed.")):
             info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
-        agree_on_config(run_fingerprint(flatten(s.config)), info)
+        agree_on_config(fingerprint, info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1,
                  s.nodes)
@@ -107,10 +107,12 @@ def start_processes(s: TrainConfig) -> Where:
         torch.set_num_threads(s.threads)
     o, t = s.optimizer, s.topology
 
-    def mixer():
+    def fitting_mixer():    # the run fits this process's memory (a rank's own GPU); the players' mixer
+        with named_as({"model": "model.width"}):       # a net without a size key: its width
+            check_fits(s, world, device)
         with named_as({**t.keys("topology."), "name": "optimizer"}):   # mixer_for says topology= itself
             return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
-    return Where(placement, device, s.torch_dtype, on_every_rank(placement, mixer))
+    return Where(placement, device, s.torch_dtype, on_every_rank(placement, fitting_mixer))
 
 
 def build_state(s: TrainConfig, rd: RunDir, where: Where,
@@ -124,9 +126,6 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where,
         dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True,
                                 **d.options)
         check_shards(dataset, s)
-        sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
-                              seed=s.seed, device=device, prefetch=s.prefetch, node_ids=where.placement.block)
-    noise = NodeNoise(s.seed, where.placement.block, device)      # each node's generator noise, its own stream
     channels_last = s.cuda.channels_last and device.type == "cuda"
     G, D = build_nets(s, len(where.placement.block), dataset.shape, nets, channels_last)
     G, D = G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
@@ -140,6 +139,10 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where,
                             **o.hparams)
     with named_as(METRICS_KEYS):                # the weights are checked here
         evaluate = evaluation_hook(dataset, s.metrics, draws)
+    with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
+        sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
+                              seed=s.seed, device=device, prefetch=s.prefetch, node_ids=where.placement.block)
+    noise = NodeNoise(s.seed, where.placement.block, device)      # each node's generator noise, its own stream
     state = TrainState(G, D, opt_g, opt_d, sampler, noise, where.placement.block, where.mixer)
     if rd.checkpoint is not None:
         load_state(state, rd.checkpoint, s.resume)

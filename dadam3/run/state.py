@@ -1,7 +1,7 @@
 """What a training run is at iteration k, as one object: :class:`TrainState`.
 
 Both players' node-stacked nets and node optimizers, the nodes' data sampler and noise
-streams (:class:`NodeNoise`), the mixer's byte counts, the iteration, the wall time of earlier
+streams (:class:`dadam3.data.node_sampler.NodeNoise`), the mixer's byte counts, the iteration, the wall time of earlier
 processes and the logging window. :meth:`TrainState.state_dict` is everything a run needs to
 continue bit-identically (the global RNG states too) and :meth:`TrainState.load_state_dict`
 takes it back, whatever placement wrote it; what a checkpoint adds around it (its kind, the
@@ -15,11 +15,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from dadam3.data.node_sampler import node_seed
+from dadam3.data.node_sampler import NodeNoise
 from dadam3.distributed.placement import Placement
 from dadam3.gan.samples import SampleGrids
 from dadam3.gan.stacked import StackedNet
@@ -28,39 +28,6 @@ from dadam3.mixing import Mixer
 from dadam3.run.checkpoint import NodeList, capture_rng_state, rank_rows, restore_rng_state
 from dadam3.run.checkpoint.checkpointer import Checkpointer
 from dadam3.run.records import LoggingWindow, Records
-
-NOISE_STREAM = 1             # node_seed stream of the generator noise and interpolation weights
-
-
-class NodeNoise:
-    """Every node's own stream of generator noise z and interpolation weights eps, seeded from
-    (seed, node index), so results do not depend on how nodes are spread over processes.
-
-    ``make_generator(device=...)`` makes one node's ``torch.Generator`` (torch's own by default:
-    on CUDA a CUDA generator)."""
-
-    def __init__(self, seed: int, node_ids: range, device: torch.device,
-                 make_generator: Callable[..., torch.Generator] = torch.Generator):
-        self.device = device
-        self.generators = [make_generator(device=device).manual_seed(node_seed(seed, i, NOISE_STREAM))
-                           for i in node_ids]
-
-    def normal(self, *shape: int, dtype: torch.dtype) -> torch.Tensor:
-        """``[M, *shape]`` standard normal draws, row i from node i's stream."""
-        return torch.stack([torch.randn(*shape, generator=g, device=self.device, dtype=dtype)
-                            for g in self.generators])
-
-    def uniform(self, *shape: int, dtype: torch.dtype) -> torch.Tensor:
-        """``[M, *shape]`` draws from U[0, 1), row i from node i's stream."""
-        return torch.stack([torch.rand(*shape, generator=g, device=self.device, dtype=dtype)
-                            for g in self.generators])
-
-    def state_dict(self) -> NodeList:
-        return NodeList(g.get_state() for g in self.generators)
-
-    def load_state_dict(self, states: NodeList) -> None:
-        for g, state in zip(self.generators, states, strict=True):
-            g.set_state(state)
 
 
 @dataclass
@@ -91,7 +58,7 @@ class TrainState:
             "G": self.G.state_dict(), "D": self.D.state_dict(),
             "opt_g": self.opt_g.state_dict(), "opt_d": self.opt_d.state_dict(),
             "bytes_sent": None if self.mixer is None else self.mixer.bytes_sent.copy(),
-            "sampler": self.sampler.state_dict(), "noise": self.noise.state_dict(),
+            "sampler": self.sampler.state_dict(), "noise": NodeList(self.noise.state_dict()),
             "rng": capture_rng_state(),
         }
 

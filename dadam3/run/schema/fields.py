@@ -130,11 +130,13 @@ class Section:
     def cross_check(self, prefix: str) -> None:
         """Rules between this section's fields (after each field's own check)."""
 
-    def keys(self, prefix: str) -> dict[str, str]:
+    @classmethod
+    def keys(cls, prefix: str) -> dict[str, str]:
         """Each field's name -> its config key (``prefix`` + name): what
         :func:`~dadam3.errors.config.named_as` needs to say a builder's error (naming its argument,
-        which is the field's name) in the config's keys."""
-        return {f.name: prefix + f.name for f in fields(self)}
+        which is the field's name) in the config's keys. A property of the schema, not of the
+        values: ``Distributed.keys("distributed.")``."""
+        return {f.name: prefix + f.name for f in fields(cls)}
 
 
 def check_tree(section: Section, prefix: str = "") -> Section:
