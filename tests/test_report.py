@@ -196,6 +196,29 @@ def test_a_variant_sweep_gets_its_own_section_with_its_clipping(tree):
     assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()
 
 
+def test_a_variant_at_the_main_sweeps_chosen_step_sizes_inherits_them_and_judges_no_selection_seed(tree):
+    """Longer runs (issue 32 point 3): each method at the step size the main sweep chose; nothing is
+    chosen again, the runs on seeds 0-2 are shown as selection seeds, and only the claims whose
+    methods both ran are listed."""
+    for method, lr, fids in (("dadam3", 8e-4, (60.0, 70.0)), ("dosg", 2e-4, (350.0, 330.0))):
+        for seed, fid in enumerate(fids):
+            make_run(tree, f"fmnist/lr_sweep_long5000/lr{lr:g}/{method}/seed{seed}", method, lr, seed,
+                     healthy(fid), provenance=True)
+    write(tree)
+    text = (tree / "REPORT.md").read_text()
+    section = text[text.index("## Fashion-MNIST: every method at its own step size, variant long5000"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "Step sizes: each method at the one chosen on the main sweep" in section
+    assert "| Dadam3 | 0.0008 | no: no worse step size tried above | selection 0, 1 |" in section
+    assert "| DOSG | 0.0002 | no: no worse step size tried below | selection 0, 1 |" in section
+    assert not (tree / "report" / "fmnist_step_sizes_fig3_long5000.png").exists()
+    assert (tree / "report" / "fmnist_curves_fig3_long5000.png").is_file()
+    claims = [line for line in section.splitlines() if line.startswith("| Dadam3 ≫") or line.startswith("| Cadam3")]
+    assert claims and all(line.startswith("| Dadam3 ≫ DOSG |") for line in claims)
+    assert all("| selection seeds |" in line and "awaiting fresh seeds: 0 of 5" in line for line in claims)
+    assert "| -275.0 FID [-465.6, -84.4], n = 2 (seeds 0, 1) (selection seeds, not a verdict) |" in claims[0]
+
+
 def test_a_centralized_variant_that_tracks_its_decentralized_run_is_named_as_one_observation(tree):
     """Fig. 3 pairs (Dadam3/Cadam3, DOSG/COSG): the largest difference of the logged losses per
     seed, relative to the series' largest loss; near zero it says the two are not independent."""

@@ -190,6 +190,19 @@ def selection_table(selections: dict[str, Selection], runs: list[Run]) -> list[s
     return lines + [""]
 
 
+def inherited_table(selections: dict[str, Selection], runs: list[Run]) -> list[str]:
+    """Per method: the step size the main sweep chose (and whether its grid brackets it), and the
+    seeds run here at it, selection and fresh apart."""
+    lines = ["| method | step size (chosen on the main sweep) | bracketed there | seeds finished here |",
+             "| --- | --- | --- | --- |"]
+    for m, s in selections.items():
+        done = {r.seed for r in runs if r.method == m and r.lr == s.chosen.lr and r.status == "finished"}
+        parts = [f"{label} {seed_text(done & set(group))}" for label, group in (("selection", SELECTION),
+                                                                                ("fresh", FRESH)) if done & set(group)]
+        lines.append(f"| {LABEL.get(m, m)} | {lr_text(s.chosen.lr)} | {s.bracketed} | {'; '.join(parts) or 'none'} |")
+    return lines + [""]
+
+
 def thresholds_table(selections: dict[str, Selection], runs: list[Run]) -> list[str]:
     """Per method at its chosen cell (fresh seeds if any finished, else the selection seeds): the
     mean first iteration below each FID threshold over the seeds that reached it, and how many did."""

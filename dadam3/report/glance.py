@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dadam3.report import claims
 from dadam3.report import sections_fmnist as fm
-from dadam3.report.evidence import evidence_text
+from dadam3.report.evidence import evidence_text, select
 from dadam3.report.sections_paper import fig1_verdict
 
 PAPER = {"fig2": "Fig. 2: Adam3 outperforms OAdagrad (one node)",
@@ -22,7 +22,7 @@ def _rows(root: Path, name: str, claim_list) -> list[tuple[str, object]]:
     if not runs:
         return []
     out = []
-    for j in fm.chosen_claims(runs, claim_list):
+    for j in fm.chosen_claims(runs, claim_list, select(runs)):
         key = name if j.claim[1] == "≫" else "central"
         out.append((PAPER[key + (" speed" if j.measure == "speed" else "")], j))
     return out

@@ -10,8 +10,8 @@ from dadam3.report import claims, evidence, figures, read
 from dadam3.report.common import score_table, what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, Run, load_run, method_runs, sample_grid
-from dadam3.report.evidence import (Judged, judge, judge_fixed, judged_table, select, selection_table, threshold_lines,
-                                    thresholds_table)
+from dadam3.report.evidence import (Judged, Selection, inherited_table, judge, judge_fixed, judged_table, select,
+                                    selection_table, threshold_lines, thresholds_table)
 from dadam3.report.stats import ORDER, Cell, cells_of, lr_text
 
 FIDELITY_PANELS = [("is_mean", "IS (higher is better)", "is_avg_model"),
@@ -140,10 +140,11 @@ def group_runs(root: Path, folder: str, name: str) -> tuple[list[Run], list[Run]
     return mine + preset, preset
 
 
-def chosen_claims(runs: list[Run], claim_list) -> list[Judged]:
-    """Each claim at the step sizes chosen on the selection seeds, judged on the fresh seeds."""
-    chosen = select(runs)
-    return [judge(c, runs, chosen, m) for c, m in measures_of(claim_list)]
+def chosen_claims(runs: list[Run], claim_list, chosen: dict[str, Selection], every: bool = True) -> list[Judged]:
+    """Each claim at the step sizes ``chosen`` on the selection seeds, judged on the fresh seeds
+    (``every=False``: only the claims whose methods both ran)."""
+    return [judge(c, runs, chosen, m) for c, m in measures_of(claim_list)
+            if every or (c[0] in chosen and c[2] in chosen)]
 
 
 def sweep_runs(root: Path, folder: str = "lr_sweep") -> list[Run]:
@@ -152,6 +153,19 @@ def sweep_runs(root: Path, folder: str = "lr_sweep") -> list[Run]:
     for lr_dir in sorted((root / "fmnist" / folder).glob("lr*")):
         runs += method_runs(root, lr_dir)
     return runs
+
+
+def inherited_selection(root: Path, folder: str, name: str,
+                        chosen: dict[str, Selection]) -> dict[str, Selection] | None:
+    """For a variant folder whose every method ran one step size, the one the main sweep chose
+    for it (e.g. longer runs at the chosen cells): the main sweep's selections of those methods;
+    else None (the variant chooses its own)."""
+    if folder == "lr_sweep" or any(len(s.cells) != 1 for s in chosen.values()):
+        return None
+    main = select(group_runs(root, "lr_sweep", name)[0])
+    if any(m not in main or main[m].chosen is None or main[m].chosen.lr != s.cells[0].lr for m, s in chosen.items()):
+        return None
+    return {m: main[m] for m in chosen}
 
 
 def variant_folders(root: Path) -> list[str]:
@@ -186,19 +200,32 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
             continue
         cells = cells_of(mine)
         lines += [f"### {title}", ""] + what_was_run(mine) + score_table(cells)
-        path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
-        figures.step_sizes(cells, path)
-        lines += [f"![final FID against step size, {title}]({link})", ""]
         chosen = select(mine)
-        lines += [f"Selection: each method's step size is chosen on seeds {evidence.seed_text(evidence.SELECTION)} "
-                  "only (legacy runs included: a choice, not a verdict); bracketed = a tried step size with a worse "
-                  "mean final FID, or a diverged seed, on each side of it.", ""]
-        lines += selection_table(chosen, mine)
-        judged = chosen_claims(mine, claim_list)
+        inherited = inherited_selection(root, folder, name, chosen)
+        if inherited is None:
+            path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
+            figures.step_sizes(cells, path)
+            lines += [f"![final FID against step size, {title}]({link})", ""]
+        if inherited is not None:       # the variant ran each method at the main sweep's choice only
+            chosen = inherited
+            lines += [f"Step sizes: each method at the one chosen on the main sweep (`results/fmnist/lr_sweep/`, "
+                      f"seeds {evidence.seed_text(evidence.SELECTION)}, its own iteration count); nothing is chosen "
+                      "here. Runs on those seeds extend the runs that chose the step size, so they are shown as "
+                      "selection seeds, not as a verdict.", ""]
+            lines += inherited_table(chosen, mine)
+            lines += [_curves([r for r in mine if any(r.method == m and r.lr == s.chosen.lr
+                                                      for m, s in chosen.items())],
+                              out, f"fmnist_curves_{name}_{variant}", f"{title}, variant {variant}"), ""]
+        else:
+            lines += [f"Selection: each method's step size is chosen on seeds {evidence.seed_text(evidence.SELECTION)} "
+                      "only (legacy runs included: a choice, not a verdict); bracketed = a tried step size with a "
+                      "worse mean final FID, or a diverged seed, on each side of it.", ""]
+            lines += selection_table(chosen, mine)
+        judged = chosen_claims(mine, claim_list, chosen, every=not variant)
         lines += [f"Confirmation: each claim at the chosen step sizes, judged on fresh seeds "
                   f"{evidence.seed_text(evidence.FRESH)} (at least {evidence.FRESH_MIN} finished on both sides, with "
                   "config and provenance); until then the selection seeds' paired numbers are shown, labelled.", ""]
-        lines += judged_table(judged)
+        lines += judged_table(judged) if judged else ["No claim has both of its methods run here.", ""]
         lines += ["Speed on the curves, at the chosen step sizes:", ""] + thresholds_table(chosen, mine)
         lines += threshold_lines(judged)
         at_preset = fixed_claims(preset, claim_list)
