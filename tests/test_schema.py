@@ -179,7 +179,7 @@ def test_no_yaml_repeats_a_default_of_its_schema():
 # (library function, its argument, the entry point and overrides composing a config, the config key
 # that feeds the argument): every default a library function shares with a config (issue 27 point 4)
 def _library_defaults():
-    from dadam3.data import datasets, fake, gaussians, node_sampler
+    from dadam3.data import datasets, fake, gaussians, image_files, node_sampler
     from dadam3.distributed import mixer, startup
     from dadam3.run.divergence import first_breach
     from dadam3.games import synthetic as game, synthetic_run
@@ -216,8 +216,8 @@ def _library_defaults():
         (node_sampler.NodeSampler, "prefetch", train, [], "prefetch"),
         (datasets.build_dataset, "image_size", train, [], "dataset.image_size"),
         (datasets.build_dataset, "download", train, [], "dataset.download"),
-        (datasets._load_celeba, "workers", train, ["dataset=celeba", "model=dcgan64"], "dataset.workers"),
-        (datasets._load_imagenette, "workers", train, ["dataset=imagenette", "model=dcgan64"], "dataset.workers"),
+        (image_files._load_celeba, "workers", train, ["dataset=celeba", "model=dcgan64"], "dataset.workers"),
+        (image_files._load_imagenette, "workers", train, ["dataset=imagenette", "model=dcgan64"], "dataset.workers"),
         (fake.FakeImages, "image_size", train, fk, "dataset.image_size"),
         (fake.FakeImages, "channels", train, fk, "dataset.channels"),
         (fake.FakeImages, "length", train, fk, "dataset.length"),

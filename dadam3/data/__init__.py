@@ -6,7 +6,9 @@
 
 The names are loaded on first access (as in :mod:`dadam3.metrics`): the image containers
 import torchvision, which costs ~2 s (it loads ``torch._dynamo``), and the runs that only need
-:data:`PARTITIONS` (the schema, the synthetic game) should not pay it.
+:data:`PARTITIONS` (the schema, the synthetic game) should not pay it; nor should a training run
+on generated data (``fake``, ``gaussians``) or one refused at start: :func:`build_dataset` imports
+the file-backed loaders (:mod:`dadam3.data.image_files`) only for the data sets read from files.
 """
 from __future__ import annotations
 
