@@ -210,8 +210,8 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
             chosen = inherited
             lines += [f"Step sizes: each method at the one chosen on the main sweep (`results/fmnist/lr_sweep/`, "
                       f"seeds {evidence.seed_text(evidence.SELECTION)}, its own iteration count); nothing is chosen "
-                      "here. Runs on those seeds extend the runs that chose the step size, so they are shown as "
-                      "selection seeds, not as a verdict.", ""]
+                      "here. Runs on those seeds share the seeds (initialisation and data order) that chose the "
+                      "step size, so they are shown as selection seeds, not as a verdict.", ""]
             lines += inherited_table(chosen, mine)
             lines += [_curves([r for r in mine if any(r.method == m and r.lr == s.chosen.lr
                                                       for m, s in chosen.items())],
