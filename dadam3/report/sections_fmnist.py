@@ -202,10 +202,6 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
         lines += [f"### {title}", ""] + what_was_run(mine) + score_table(cells)
         chosen = select(mine)
         inherited = inherited_selection(root, folder, name, chosen)
-        if inherited is None:
-            path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
-            figures.step_sizes(cells, path)
-            lines += [f"![final FID against step size, {title}]({link})", ""]
         if inherited is not None:       # the variant ran each method at the main sweep's choice only
             chosen = inherited
             lines += [f"Step sizes: each method at the one chosen on the main sweep (`results/fmnist/lr_sweep/`, "
@@ -217,6 +213,9 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
                                                       for m, s in chosen.items())],
                               out, f"fmnist_curves_{name}_{variant}", f"{title}, variant {variant}"), ""]
         else:
+            path, link = out.figure(f"fmnist_step_sizes_{name}" + (f"_{variant}" if variant else ""))
+            figures.step_sizes(cells, path)
+            lines += [f"![final FID against step size, {title}]({link})", ""]
             lines += [f"Selection: each method's step size is chosen on seeds {evidence.seed_text(evidence.SELECTION)} "
                       "only (legacy runs included: a choice, not a verdict); bracketed = a tried step size with a "
                       "worse mean final FID, or a diverged seed, on each side of it.", ""]
