@@ -182,15 +182,17 @@ def test_cli_refuses_a_missing_results_folder(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --results=")
 
 
-def test_a_variant_sweep_gets_its_own_section_with_its_clipping(tree):
+def test_a_variant_sweep_gets_its_own_section_with_its_stabilisers(tree):
     d = make_run(tree, "fmnist/lr_sweep_clip1/lr8e-4/dosg/seed0", "dosg", 8e-4, 0, healthy(300.0), provenance=True)
     cfg = (d / "config_resolved.yaml").read_text().replace("iterations: 100\n", "loop:\n  iterations: 100\n"
-                                                            "  clip_grad_norm: 1.0\n")
+                                                            "  clip_grad_norm: 1.0\n  lr_warmup: 50\n")
     (d / "config_resolved.yaml").write_text(cfg)
     write(tree)
     text = (tree / "REPORT.md").read_text()
     section = text[text.index("## Fashion-MNIST: every method at its own step size, variant clip1"):]
     assert "- gradient clipping (loop.clip_grad_norm): 1\n" in section
+    assert "- linear step-size warm-up, iterations (loop.lr_warmup): 50\n" in section
+    assert "- linear step-size warm-up, iterations (loop.lr_warmup): off\n" in text
     assert "| DOSG | 0.0008 | 1 of 1 |" in section
     assert "- gradient clipping (loop.clip_grad_norm): off\n" in text      # the unclipped runs
     assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()
@@ -217,6 +219,15 @@ def test_a_variant_at_the_main_sweeps_chosen_step_sizes_inherits_them_and_judges
     assert claims and all(line.startswith("| Dadam3 ≫ DOSG |") for line in claims)
     assert all("| selection seeds |" in line and "awaiting fresh seeds: 0 of 5" in line for line in claims)
     assert "| -275.0 FID [-465.6, -84.4], n = 2 (seeds 0, 1) (selection seeds, not a verdict) |" in claims[0]
+    glance = text[:text.index("## Fig. 1")]        # the variant's claims, as its section judges them, at a glance
+    rows = [line for line in glance.splitlines() if line.startswith("| [long5000](")]
+    assert [line.split(" | ")[1] for line in rows] == ["Dadam3 ≫ DOSG (final FID)",
+                                                        "Dadam3 ≫ DOSG (mean FID over the run)"]
+    verdict, effect = rows[0].split(" | ")[2:4]
+    assert f"| {effect} | {verdict} |" in claims[0]
+    link = rows[0][rows[0].index("](#") + 3:rows[0].index(") |")]
+    from dadam3.report.common import anchor
+    assert [t for t in text.splitlines() if t.startswith("## ") and anchor(t[3:]) == link]
 
 
 def test_a_centralized_variant_that_tracks_its_decentralized_run_is_named_as_one_observation(tree):

@@ -9,7 +9,7 @@ from dadam3.report import sections_fmnist as fm
 from dadam3.report import sections_gossip as gossip
 from dadam3.report import sections_paper as paper
 from dadam3.run.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
-from dadam3.report.common import runs_table
+from dadam3.report.common import anchor, runs_table
 from dadam3.report.glance import glance
 from dadam3.report.evidence import FRESH, FRESH_MIN, SELECTION, THRESHOLDS
 from dadam3.report.stats import RULE, seed_text
@@ -90,12 +90,6 @@ def build(root: Path) -> tuple[str, Output]:
                            fresh=seed_text(FRESH), fresh_min=FRESH_MIN,
                            thresholds=" / ".join(f"{t:g}" for t in THRESHOLDS))
     return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out
-
-
-def anchor(title: str) -> str:
-    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
-    kept = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
-    return kept.replace(" ", "-")
 
 
 def write(root: Path) -> list[Path]:

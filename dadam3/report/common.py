@@ -12,6 +12,12 @@ SCORE_COLUMNS = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged m
                  ("kid_mean", "KID (node mean)")]
 
 
+def anchor(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    kept = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -_")
+    return kept.replace(" ", "-")
+
+
 def _values(runs: list[Run], get) -> str:
     """The distinct values of ``get(run)``, sorted; unknown ones counted."""
     vals = [get(r) for r in runs]
@@ -24,12 +30,15 @@ def _values(runs: list[Run], get) -> str:
     return text
 
 
-def _clip(run: Run) -> str:
-    """``off`` where the run did not clip (0, or a config from before the option: it did not exist)."""
-    if not run.config:
-        return UNKNOWN
-    value = lookup(run.config, "loop.clip_grad_norm")
-    return "off" if not value else f"{float(value):g}"
+def _off_or(key: str):
+    """The run's value of the stabiliser ``key``, ``off`` where it was 0 or the run's config is from
+    before the option (it did not exist then)."""
+    def get(run: Run) -> str:
+        if not run.config:
+            return UNKNOWN
+        value = lookup(run.config, key)
+        return "off" if not value else f"{float(value):g}"
+    return get
 
 
 def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
@@ -46,7 +55,8 @@ def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
     else:
         rows += [("data", lambda r: r.setting("dataset.name")), ("nets", width),
                  ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size")),
-                 ("gradient clipping (loop.clip_grad_norm)", _clip)]
+                 ("gradient clipping (loop.clip_grad_norm)", _off_or("loop.clip_grad_norm")),
+                 ("linear step-size warm-up, iterations (loop.lr_warmup)", _off_or("loop.lr_warmup"))]
     rows += [("nodes", lambda r: r.setting("nodes")), ("topology", lambda r: r.topology),
              ("iterations (configured)", lambda r: UNKNOWN if r.target is None else str(r.target)),
              ("seeds", lambda r: str(r.seed)), ("step sizes", lambda r: UNKNOWN if r.lr is None else lr_text(r.lr)),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from dadam3.report import claims
 from dadam3.report import sections_fmnist as fm
-from dadam3.report.evidence import evidence_text, select
+from dadam3.report.common import anchor
+from dadam3.report.evidence import Judged, evidence_text, select
 from dadam3.report.sections_paper import fig1_verdict
 
 PAPER = {"fig2": "Fig. 2: Adam3 outperforms OAdagrad (one node)",
@@ -15,6 +16,10 @@ PAPER = {"fig2": "Fig. 2: Adam3 outperforms OAdagrad (one node)",
          "fig3": "Figs. 3–4: Dadam3/Cadam3 generate better images than DOSG/COSG",
          "fig3 speed": "Figs. 3–4: … and reach a good score more quickly",
          "central": "Figs. 3–4: the centralised variant matches the decentralised one"}
+
+
+def _tested_as(j: Judged) -> str:
+    return f"{j.name} ({'final FID' if j.measure == 'final' else 'mean FID over the run'})"
 
 
 def _rows(root: Path, name: str, claim_list) -> list[tuple[str, object]]:
@@ -26,6 +31,29 @@ def _rows(root: Path, name: str, claim_list) -> list[tuple[str, object]]:
         key = name if j.claim[1] == "≫" else "central"
         out.append((PAPER[key + (" speed" if j.measure == "speed" else "")], j))
     return out
+
+
+def _variant_rows(root: Path) -> list[str]:
+    """Each variant folder's claims (only those whose two methods both ran), chosen and judged as
+    in its own section: does a verdict survive longer runs or a stabilised baseline?"""
+    rows = []
+    for folder in fm.variant_folders(root):
+        variant = folder.removeprefix("lr_sweep_")
+        link = f"[{variant}](#{anchor(fm.step_sizes_title(variant))})"
+        for name, claim_list in (("fig2", claims.CLAIMS_FIG2), ("fig3", claims.CLAIMS_FIG3)):
+            runs = fm.group_runs(root, folder, name)[0]
+            if not runs:
+                continue
+            chosen = select(runs)
+            chosen = fm.inherited_selection(root, folder, name, chosen) or chosen
+            for j in fm.chosen_claims(runs, claim_list, chosen, every=False):
+                rows.append(f"| {link} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
+    if not rows:
+        return []
+    return ["The same claims in the variants of the step-size sweep (other iteration counts or stabilisers, "
+            "listed in each variant's section), each method at its own step size there:", "",
+            "| variant | tested as | verdict | effect | evidence (data, scale, step sizes, seeds, code) |",
+            "| --- | --- | --- | --- | --- |"] + rows + [""]
 
 
 def glance(root: Path) -> list[str]:
@@ -43,7 +71,7 @@ def glance(root: Path) -> list[str]:
     rows = _rows(root, "fig2", claims.CLAIMS_FIG2) + _rows(root, "fig3", claims.CLAIMS_FIG3)
     order = list(PAPER)
     for paper, j in sorted(rows, key=lambda r: order.index(next(k for k, v in PAPER.items() if v == r[0]))):
-        measure = "final FID" if j.measure == "final" else "mean FID over the run"
-        lines.append(f"| {paper} | {j.name} ({measure}) | {j.verdict} | {j.effect} | {evidence_text(j)} |")
-    return lines + ["", "Not tested here: the paper's image data sets at its scale (Figs. 2–4 sections below). "
-                        "Fashion-MNIST rows are CPU-scale miniatures.", ""]
+        lines.append(f"| {paper} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
+    return lines + [""] + _variant_rows(root) + [
+        "Not tested here: the paper's image data sets at its scale (Figs. 2–4 sections below). Fashion-MNIST rows "
+        "are CPU-scale miniatures.", ""]

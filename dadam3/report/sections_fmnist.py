@@ -173,6 +173,11 @@ def variant_folders(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "fmnist").glob("lr_sweep_*") if p.is_dir())
 
 
+def step_sizes_title(variant: str = "") -> str:
+    """The heading of the main sweep's section (``variant`` empty) or of a variant's."""
+    return f"Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}"
+
+
 def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
     """Each method at every step size it ran (its seeds), the step size chosen on the selection
     seeds (bracketed or not), the claims judged on fresh seeds at the chosen step sizes, speed on
@@ -180,7 +185,7 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
     (``lr_sweep``) shares its 2e-4 cells with the Figs. 2 and 3 miniatures; a variant folder
     (``lr_sweep_<variant>``, run with other options such as loop.clip_grad_norm) holds all its own."""
     variant = folder.removeprefix("lr_sweep").lstrip("_")
-    lines = [f"## Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}", ""]
+    lines = [f"## {step_sizes_title(variant)}", ""]
     lines += ["The paper compares all methods at one step size (Table 6: 5·10⁻⁵). At the same nominal η the methods "
               "take steps of very different lengths, so each method is run here at several step sizes (the "
               "miniature presets, seeds as stated) and compared at its own step size: the one with the lowest "
