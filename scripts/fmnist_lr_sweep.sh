@@ -17,7 +17,8 @@
 # are Hydra overrides for every run. VARIANT=NAME runs the whole grid, 2e-4 included, into
 # results/fmnist/lr_sweep_NAME/ instead: a variant with other options, e.g.
 #   VARIANT=clip10 bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=10
-# CELLS="METHOD@LR ..." runs only those cells of the grid; the committed clipped variant is
+# CELLS="METHOD@LR ..." runs only those cells: of the grid, and any other step size named there
+# (e.g. CELLS="dosg@2.56e-2", to bracket a best value at the grid's edge); the committed clipped variant is
 #   VARIANT=clip100 CELLS="dosg@1.6e-3 cosg@1.6e-3 dadam3@8e-4 cadam3@8e-4" \
 #     bash scripts/fmnist_lr_sweep.sh loop.clip_grad_norm=100
 # (the report gives each lr_sweep_* folder its own section). Tables and figures: `make report`
@@ -29,6 +30,19 @@ if [ "${SMOKE:-0}" != 1 ]; then export ITERATIONS=${ITERATIONS:-1500}; fi
 seeds=${SEEDS:-0 1 2}
 sweep=lr_sweep${VARIANT:+_$VARIANT}
 
+# experiment_of METHOD: the preset a method runs in (one node or M = 5); "" for an unknown one
+experiment_of() {
+  case "$1" in adam3|oadagrad) echo fmnist_fig2 ;; dadam3|cadam3|dosg|cosg) echo fmnist_fig3 ;; *) echo "" ;; esac
+}
+for c in ${CELLS:-}; do       # every cell checked before any run starts
+  if [ -z "$(experiment_of "${c%%@*}")" ] || ! [[ "${c#*@}" =~ ^[0-9.]+(e-?[0-9]+)?$ ]] || [[ "$c" != *@* ]]; then
+    echo "error: CELLS=$c: not METHOD@LR with METHOD one of adam3 oadagrad dadam3 cadam3 dosg cosg and LR a" \
+         "positive number (e.g. dosg@2.56e-2); nothing run" >&2
+    exit 2
+  fi
+done
+ran=" "
+
 # cell LR EXPERIMENT "METHODS" SEEDS [overrides...]
 cell() {
   local lr=$1 experiment=$2 methods=$3 these=$4 m keep=""
@@ -38,6 +52,7 @@ cell() {
     methods=${keep# }
     [ -n "$methods" ] || return 0
   fi
+  for m in $methods; do ran="$ran$m@$lr "; done
   if [ "$lr" = 2e-4 ] && [ "$experiment" = fmnist_fig3 ] && [ "$sweep" = lr_sweep ]; then
     bash scripts/fmnist_figure.sh fig3 fmnist_fig3 "$methods" "$these" "$@"
   else
@@ -53,4 +68,7 @@ if [ "${PROBES:-0}" = 1 ]; then
   for lr in 1.28e-2 5.12e-2; do cell "$lr" fmnist_fig3 "dosg cosg" "$seeds" "$@"; done
   cell 5e-5 fmnist_fig3 "dadam3 cadam3" 0 "$@"
 fi
+for c in ${CELLS:-}; do       # a step size off the grid, named in CELLS
+  case "$ran" in *" $c "*) ;; *) cell "${c#*@}" "$(experiment_of "${c%%@*}")" "${c%%@*}" "$seeds" "$@" ;; esac
+done
 echo "tables and figures: make report (results/REPORT.md)"

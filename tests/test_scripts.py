@@ -189,6 +189,26 @@ def test_the_longer_and_stabilised_experiment_runs_each_part_into_its_variant(tm
     assert r.returncode == 2 and "PART=long or PART=stable" in r.stderr
 
 
+def test_the_sweep_runs_a_cell_off_its_grid_once_and_refuses_a_malformed_one_before_any_run(tmp_path, fake_python):
+    """CELLS may name a step size the grid lacks (to bracket a best value at its edge): it runs
+    once, beside the grid's own cells; a cell that is not METHOD@LR stops the script before a run."""
+    env, log = fake_python
+    env = {**env, "FMNIST_OUT": str(tmp_path), "SEEDS": "0", "CELLS": "cosg@2.56e-2 adam3@8e-4 cosg@2.56e-2"}
+    r = subprocess.run(["bash", "scripts/fmnist_lr_sweep.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    trains = [line.split() for line in log.read_text().splitlines() if line.startswith("-m dadam3.train")]
+    assert sorted((t[2], t[3], next(a for a in t if a.startswith("optimizer.lr="))) for t in trains) == [
+        ("experiment=fmnist_fig2", "optimizer=adam3", "optimizer.lr=8e-4"),
+        ("experiment=fmnist_fig3", "optimizer=cosg", "optimizer.lr=2.56e-2")]
+    assert (tmp_path / "lr_sweep" / "lr2.56e-2" / "cosg" / "seed0" / "metrics.jsonl").is_file()
+    for bad in ("sgd@1e-3", "dosg@fast", "dosg"):
+        r = subprocess.run(["bash", "scripts/fmnist_lr_sweep.sh"], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "CELLS": f"adam3@8e-4 {bad}", "FMNIST_OUT": str(tmp_path / bad)}, timeout=60)
+        assert r.returncode == 2 and r.stderr.startswith(f"error: CELLS={bad}: not METHOD@LR") and r.stdout == ""
+        assert not (tmp_path / bad).exists()
+
+
 def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
     run = tmp_path / "figX" / "fake" / "dadam3"
     run.mkdir(parents=True)
