@@ -8,14 +8,15 @@
 #                 iterations -> lr_sweep_long5000/ (DADAM3_LR, CADAM3_LR, DOSG_LR, COSG_LR: the chosen
 #                 cells, default those of results/REPORT.md when this script was written)
 #   PART=stable   linear lr warm-up over WARMUP iterations (default 500) and gradient clipping at
-#                 CLIP (default 10) for EVERY method: DOSG/COSG at 8e-4 1.6e-3 3.2e-3 6.4e-3,
-#                 Dadam3/Cadam3 at 4e-4 8e-4 1.6e-3 -> lr_sweep_warmup<WARMUP>_clip<CLIP>/
+#                 CLIP (default 10) for EVERY method: DOSG/COSG at 8e-4 1.6e-3 3.2e-3 6.4e-3 1.28e-2
+#                 2.56e-2 5.12e-2 (stabilised, they learn at step sizes that diverge without), Dadam3/Cadam3
+#                 at 4e-4 8e-4 1.6e-3 3.2e-3 -> lr_sweep_warmup<WARMUP>_clip<CLIP>/
 #
 # SEEDS (default "0 1 2": the selection seeds; then SEEDS="3 4 5 6 7" CELLS="m@lr ..." at each
 # method's chosen cell, as the report's selection table says) and CELLS narrow it, as in
 # fmnist_lr_sweep.sh; a finished or diverged run is skipped and an interrupted one resumed, so the
 # script can be stopped and called again. Cost: about 7 min per 1,500-iteration run and 23 min per
-# 5,000-iteration run on one idle CPU core; PART=long is 12 runs, PART=stable 42 runs (seeds 0-2).
+# 5,000-iteration run on one idle CPU core; PART=long is 12 runs, PART=stable 66 runs (seeds 0-2).
 #   PART=long bash experiments/fmnist_longer_and_stabilised.sh
 #   PART=stable SEEDS="3 4 5 6 7" CELLS="dosg@3.2e-3" bash experiments/fmnist_longer_and_stabilised.sh
 set -euo pipefail
@@ -29,8 +30,9 @@ case "${PART:-}" in
   stable)
     warmup=${WARMUP:-500} clip=${CLIP:-10}
     export VARIANT=warmup${warmup}_clip${clip}
-    export CELLS=${CELLS:-"$(for lr in 8e-4 1.6e-3 3.2e-3 6.4e-3; do printf 'dosg@%s cosg@%s ' $lr $lr; done)$(
-      for lr in 4e-4 8e-4 1.6e-3; do printf 'dadam3@%s cadam3@%s ' $lr $lr; done)"}
+    export CELLS=${CELLS:-"$(for lr in 8e-4 1.6e-3 3.2e-3 6.4e-3 1.28e-2 2.56e-2 5.12e-2; do
+      printf 'dosg@%s cosg@%s ' $lr $lr; done)$(for lr in 4e-4 8e-4 1.6e-3 3.2e-3; do
+      printf 'dadam3@%s cadam3@%s ' $lr $lr; done)"}
     exec bash scripts/fmnist_lr_sweep.sh loop.lr_warmup="$warmup" loop.clip_grad_norm="$clip" "$@" ;;
   *)
     echo "PART=long or PART=stable (see the comment at the top of $0)" >&2
