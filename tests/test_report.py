@@ -183,16 +183,21 @@ def test_cli_refuses_a_missing_results_folder(tmp_path):
 
 
 def test_a_variant_sweep_gets_its_own_section_with_its_stabilisers(tree):
-    d = make_run(tree, "fmnist/lr_sweep_clip1/lr8e-4/dosg/seed0", "dosg", 8e-4, 0, healthy(300.0), provenance=True)
-    cfg = (d / "config_resolved.yaml").read_text().replace("iterations: 100\n", "loop:\n  iterations: 100\n"
-                                                            "  clip_grad_norm: 1.0\n  lr_warmup: 50\n")
-    (d / "config_resolved.yaml").write_text(cfg)
+    for method in ("dosg", "dadam3"):
+        d = make_run(tree, f"fmnist/lr_sweep_clip1/lr8e-4/{method}/seed0", method, 8e-4, 0, healthy(300.0),
+                     provenance=True)
+        cfg = (d / "config_resolved.yaml").read_text().replace("iterations: 100\n", "loop:\n  iterations: 100\n"
+                                                                "  clip_grad_norm: 1.0\n  lr_warmup: 50\n")
+        (d / "config_resolved.yaml").write_text(cfg)
     write(tree)
     text = (tree / "REPORT.md").read_text()
     section = text[text.index("## Fashion-MNIST: every method at its own step size, variant clip1"):]
     assert "- gradient clipping (loop.clip_grad_norm): 1\n" in section
     assert "- linear step-size warm-up, iterations (loop.lr_warmup): 50\n" in section
     assert "- linear step-size warm-up, iterations (loop.lr_warmup): off\n" in text
+    [row] = [line for line in text.splitlines() if line.startswith("| [clip1](") and "(final FID)" in line]
+    assert "M = 5, 100 iterations, clipping 1, warm-up 50; lr 0.0008 vs 0.0008;" in row      # the glance says so
+    assert "clipping" not in text[text.index("| Figs. 3–4"):text.index("| [clip1](")]     # none in the main sweep
     assert "| DOSG | 0.0008 | 1 of 1 |" in section
     assert "- gradient clipping (loop.clip_grad_norm): off\n" in text      # the unclipped runs
     assert (tree / "report" / "fmnist_step_sizes_fig3_clip1.png").is_file()
