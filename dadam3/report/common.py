@@ -30,6 +30,11 @@ def _values(runs: list[Run], get) -> str:
     return text
 
 
+# the stabilisers a run may switch on: (short name, what-was-run label, config key)
+STABILISERS = (("clipping", "gradient clipping (loop.clip_grad_norm)", "loop.clip_grad_norm"),
+               ("warm-up", "linear step-size warm-up, iterations (loop.lr_warmup)", "loop.lr_warmup"))
+
+
 def setting_or_off(key: str):
     """The run's value of the stabiliser ``key``, ``off`` where it was 0 or the run's config is from
     before the option (it did not exist then)."""
@@ -54,9 +59,8 @@ def what_was_run(runs: list[Run], synthetic: bool = False) -> list[str]:
                   if r.setting("game.c") != UNKNOWN else UNKNOWN)]
     else:
         rows += [("data", lambda r: r.setting("dataset.name")), ("nets", width),
-                 ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size")),
-                 ("gradient clipping (loop.clip_grad_norm)", setting_or_off("loop.clip_grad_norm")),
-                 ("linear step-size warm-up, iterations (loop.lr_warmup)", setting_or_off("loop.lr_warmup"))]
+                 ("batch size per node", lambda r: r.setting("loop.batch_size", "batch_size"))]
+        rows += [(label, setting_or_off(key)) for _, label, key in STABILISERS]
     rows += [("nodes", lambda r: r.setting("nodes")), ("topology", lambda r: r.topology),
              ("iterations (configured)", lambda r: UNKNOWN if r.target is None else str(r.target)),
              ("seeds", lambda r: str(r.seed)), ("step sizes", lambda r: UNKNOWN if r.lr is None else lr_text(r.lr)),

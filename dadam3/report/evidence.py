@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from scipy.integrate import trapezoid
 
-from dadam3.report.common import setting_or_off
+from dadam3.report.common import STABILISERS, setting_or_off
 from dadam3.report.runs import LABEL, UNKNOWN, Run
 from dadam3.report.stats import (UNRESOLVED, Cell, Paired, best_cells, cells_of, fmt, lr_text, paired, seed_text,
                                  verdict)
@@ -161,7 +161,7 @@ def evidence_text(j: Judged) -> str:
     r0 = j.runs[0]
     its = sorted({str(r.target) if r.target else UNKNOWN for r in j.runs})
     codes = sorted({"legacy (provenance unknown)" if r.legacy else r.provenance_field("code_commit") for r in j.runs})
-    stabilisers = [f", {name} {v}" for name, key in (("clipping", "loop.clip_grad_norm"), ("warm-up", "loop.lr_warmup"))
+    stabilisers = [f", {name} {v}" for name, _, key in STABILISERS
                    if (v := "/".join(sorted({setting_or_off(key)(r) for r in j.runs}))) != "off"]
     return (f"{r0.setting('dataset.name')}, {r0.setting('model.arch')} width {r0.setting('model.width')}, "
             f"M = {r0.setting('nodes')}, {'/'.join(its)} iterations{''.join(stabilisers)}; "

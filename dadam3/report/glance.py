@@ -44,8 +44,7 @@ def _variant_rows(root: Path) -> list[str]:
             runs = fm.group_runs(root, folder, name)[0]
             if not runs:
                 continue
-            chosen = select(runs)
-            chosen = fm.inherited_selection(root, folder, name, chosen) or chosen
+            chosen = fm.chosen_for(root, folder, name, runs)[0]
             for j in fm.chosen_claims(runs, claim_list, chosen, every=False):
                 rows.append(f"| {link} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
     if not rows:

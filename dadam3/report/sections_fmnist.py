@@ -168,6 +168,14 @@ def inherited_selection(root: Path, folder: str, name: str,
     return {m: main[m] for m in chosen}
 
 
+def chosen_for(root: Path, folder: str, name: str, runs: list[Run]) -> tuple[dict[str, Selection], bool]:
+    """Each method's step size for the group ``runs`` of ``folder``: chosen on its own selection
+    seeds, or inherited from the main sweep (True) where it ran only the main sweep's choices."""
+    chosen = select(runs)
+    inherited = inherited_selection(root, folder, name, chosen)
+    return (chosen, False) if inherited is None else (inherited, True)
+
+
 def variant_folders(root: Path) -> list[str]:
     """The ``fmnist/lr_sweep_<variant>/`` folders (e.g. a clipped variant), sorted."""
     return sorted(p.name for p in (root / "fmnist").glob("lr_sweep_*") if p.is_dir())
@@ -205,10 +213,8 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
             continue
         cells = cells_of(mine)
         lines += [f"### {title}", ""] + what_was_run(mine) + score_table(cells)
-        chosen = select(mine)
-        inherited = inherited_selection(root, folder, name, chosen)
-        if inherited is not None:       # the variant ran each method at the main sweep's choice only
-            chosen = inherited
+        chosen, inherited = chosen_for(root, folder, name, mine)
+        if inherited:       # the variant ran each method at the main sweep's choice only
             lines += [f"Step sizes: each method at the one chosen on the main sweep (`results/fmnist/lr_sweep/`, "
                       f"seeds {evidence.seed_text(evidence.SELECTION)}, its own iteration count); nothing is chosen "
                       "here. Runs on those seeds share the seeds (initialisation and data order) that chose the "
