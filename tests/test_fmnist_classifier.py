@@ -112,7 +112,7 @@ def test_bad_weights_file_is_one_line_config_error(tmp_path, content) -> None:
 
 def test_unknown_feature_extractor() -> None:
     with pytest.raises(ConfigError, match=r"^feature_extractor=vgg: unknown feature extractor; allowed: "
-                                          r"inception-v3-compat, dadam3-fmnist-classifier$"):
+                                          r"inception-v3-compat, dadam3-fmnist-classifier, dadam3-fmnist-mlp$"):
         fidelity_metrics(_never_called, 10, FidelitySpec(batch_size=5, feature_extractor="vgg"))
 
 

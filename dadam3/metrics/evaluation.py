@@ -69,12 +69,24 @@ def mode_coverage(G: nn.Module, iteration: int, draw: Callable[[nn.Module], tupl
 
 
 def image_scores(G: nn.Module, iteration: int, draws: Draws, samples: int, spec: FidelitySpec,
-                 reference: Any = None, reference_cache_name: str | None = None, per_node: bool = True) -> dict:
+                 reference: Any = None, reference_cache_name: str | None = None, per_node: bool = True,
+                 second: tuple[str, FidelitySpec] | None = None) -> dict:
     """The ``spec``'s IS / FID / KID of every node (``<metric>_mean`` = node average,
     ``<metric>_nodes``) and of the node-averaged model (``<metric>_avg_model``); ``samples``
     images each, from fixed evaluation noise (``fidelity_metrics`` samples under a forked RNG
     seeded with 0, the run's own RNG untouched). FID and KID compare with ``reference`` (the
-    data set's training images; cached after the first call)."""
+    data set's training images; cached after the first call). ``second`` = (name, spec): the same
+    scores of the same images under a second scorer, each key suffixed ``_<name>``."""
+    rec = _scores(G, draws, samples, spec, reference, reference_cache_name, per_node)
+    if second is not None:
+        name, spec2 = second
+        more = _scores(G, draws, samples, spec2, reference, reference_cache_name, per_node)
+        rec.update({f"{k}_{name}": v for k, v in more.items()})
+    return rec
+
+
+def _scores(G: nn.Module, draws: Draws, samples: int, spec: FidelitySpec, reference: Any,
+            reference_cache_name: str | None, per_node: bool) -> dict:
     from dadam3.metrics.fidelity import fidelity_metrics
 
     score = partial(fidelity_metrics, num_samples=samples, spec=spec, reference=reference,
@@ -138,6 +150,12 @@ def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
         reference = dataset            # the training images; preloaded ones are cached by a hash of their pixels
         if not isinstance(dataset, TensorImages):
             cache_name = f"dadam3-{dataset.name}-train-{len(dataset)}x{'x'.join(map(str, dataset.shape))}"
+    second = None
+    if metrics.second_extractor is not None:
+        extractor2 = FEATURE_EXTRACTORS[metrics.second_extractor]
+        second = (metrics.second_extractor,
+                  replace(spec, feature_extractor=extractor2,
+                          weights=resolve_feature_extractor_weights(extractor2, None, download=metrics.download_weights)))
     return Evaluation(metrics.every, partial(image_scores, draws=draws, samples=metrics.samples, spec=spec,
                                              reference=reference, reference_cache_name=cache_name,
-                                             per_node=metrics.per_node))
+                                             per_node=metrics.per_node, second=second))

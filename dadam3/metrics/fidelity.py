@@ -39,7 +39,7 @@ from torch.utils.data import Dataset
 from dadam3.data.containers import TensorImages
 from dadam3.metrics.images import UInt8Images, generate_uint8, is_image_dataset, uint8_images
 from dadam3.metrics.inception import resolve_inception_weights
-from dadam3.metrics.spec import FMNIST_CLASSIFIER, INCEPTION, FidelitySpec, check_extractor
+from dadam3.metrics.spec import INCEPTION, FidelitySpec, check_extractor
 
 _TF_KEYS = {  # torch-fidelity result key -> ours
     "inception_score_mean": "is_mean",
@@ -62,7 +62,7 @@ def resolve_feature_extractor_weights(feature_extractor: str = INCEPTION,
     """A local, checked weights file for ``feature_extractor`` or a one-line ConfigError."""
     if check_extractor(feature_extractor) == INCEPTION:
         return resolve_inception_weights(weights_path, download=download)
-    return _registered_fmnist().resolve_weights(weights_path)
+    return _registered_fmnist().resolve_weights(weights_path, feature_extractor)
 
 
 def dataset_cache_name(dataset: TensorImages, feature_extractor: str = INCEPTION) -> str:
@@ -77,8 +77,8 @@ def dataset_cache_name(dataset: TensorImages, feature_extractor: str = INCEPTION
     images = dataset.images.cpu().contiguous()
     digest = hashlib.sha256(memoryview(images.numpy()).cast("B")).hexdigest()[:16]
     name = f"dadam3-{dataset.name}-{'x'.join(map(str, images.shape))}-{digest}"
-    if check_extractor(feature_extractor) == FMNIST_CLASSIFIER:
-        name += f"-w{_registered_fmnist().WEIGHTS_SHA256[:12]}"
+    if check_extractor(feature_extractor) != INCEPTION:
+        name += f"-w{_registered_fmnist().NETS[feature_extractor].sha256[:12]}"
     return name
 
 

@@ -18,10 +18,12 @@ from dadam3.errors.config import ConfigError
 FEATURE_EXTRACTORS: Mapping[str, str] = MappingProxyType({
     "inception": "inception-v3-compat",              # torch-fidelity's TF-ported InceptionV3
     "fmnist_classifier": "dadam3-fmnist-classifier",  # dadam3.metrics.fmnist_classifier
+    "fmnist_mlp": "dadam3-fmnist-mlp",                # the second scorer, dadam3.metrics.fmnist_classifier too
 })
 INCEPTION = FEATURE_EXTRACTORS["inception"]
 IS_SPLITS = 10          # the inception score's splits (metrics.samples must be at least this)
 FMNIST_CLASSIFIER = FEATURE_EXTRACTORS["fmnist_classifier"]
+FMNIST_MLP = FEATURE_EXTRACTORS["fmnist_mlp"]
 
 
 @dataclass(frozen=True, kw_only=True)

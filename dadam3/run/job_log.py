@@ -8,6 +8,7 @@ import logging.handlers
 import platform
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
@@ -164,6 +165,15 @@ def _device_model(device: str) -> str:
     return platform.processor() or UNKNOWN
 
 
+def _boot_id() -> str:
+    """This boot of this machine (Linux's random boot id): two runs with the same id ran in one session
+    of one machine."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return UNKNOWN
+
+
 def record_provenance(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> None:
     """:func:`provenance_files`, written."""
     write_files(provenance_files(run_dir, device, iteration, identity))
@@ -171,15 +181,17 @@ def record_provenance(run_dir: Path, device: str, iteration: int, identity: str 
 
 def provenance_files(run_dir: Path, device: str, iteration: int, identity: str | None = None) -> dict[Path, str]:
     """``provenance.json`` with this segment of the run (fresh start or resume at ``iteration``)
-    appended, path -> text: code commit, torch and Python versions, device model, thread count, and
+    appended, path -> text: when the segment started (UTC), code commit, torch and Python versions,
+    device model, this boot of the machine (``machine_session``), thread count, and
     the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
     key of the identity starts a segment of another one). From a checkout with uncommitted changes
     (commit ``+dirty``) the diff goes beside it as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
     for a resume), named in the entry (``code_diff``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
+             "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              "code_commit": code_commit(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
-             "torch_threads": torch.get_num_threads()}
+             "machine_session": _boot_id(), "torch_threads": torch.get_num_threads()}
     files = {}
     diff = _code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
     if diff is not None:

@@ -79,6 +79,8 @@ class Metrics(Section):
     fid: bool = knob(False, boolean, resume=True)             # against the data set's training images
     kid: bool = knob(False, boolean, resume=True)
     feature_extractor: str = knob("inception", Choice(tuple(FEATURE_EXTRACTORS)), resume=True)
+    # a second scorer: every image metric again under it, logged as <key>_<second_extractor> (null: none)
+    second_extractor: Optional[str] = knob(None, Choice(tuple(FEATURE_EXTRACTORS), none=True), resume=True)
     inception_weights: Optional[str] = knob(None, text, resume=True)   # torch-fidelity's .pth file
     download_weights: bool = knob(default_of(FidelitySpec, "download"), boolean, resume=True)
     per_node: bool = knob(True, boolean, resume=True)         # every node as well as the averaged model
@@ -175,7 +177,8 @@ class TrainConfig(Section):
 
 # the metrics keys of an image evaluation only; 2-D points are scored by modes covered and the
 # share of high-quality samples, which read metrics.every and metrics.samples
-IMAGE_METRICS_KEYS = ("inception", "fid", "kid", "feature_extractor", "inception_weights", "download_weights",
+IMAGE_METRICS_KEYS = ("inception", "fid", "kid", "feature_extractor", "second_extractor", "inception_weights",
+                      "download_weights",
                       "batch_size", "per_node", "cache_dir")
 
 

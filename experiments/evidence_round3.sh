@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Evidence round 3 (issue 46) and the heterogeneous-nodes study (issue 43): the runs their analysis
+# plans govern (docs/analysis_plan/FAMILY.yaml, committed before the runs).
+#
+#   bash experiments/evidence_round3.sh FAMILY "SEEDS" "CELLS"
+#
+#   FAMILY   fig2 | fig3 | heterogeneous (the plan file's name)
+#   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh)
+#   CELLS    fig2/fig3: METHOD@LR ... (a method of the plan and a step size of its grid);
+#            heterogeneous: ARM ... (an arm of the plan)
+#
+# Seed by seed, then cell by cell, so that the runs one seed pairs run back to back on the same
+# machine in the same session (the plan's one_machine_class_per_seed). Each run goes to the plan's
+# runs/ folder (fig2/fig3: <runs>/lr<LR>/<METHOD>/seed<S>; heterogeneous:
+# <runs>/<data>/<setting>/lr<LR>/<METHOD>/seed<S>) through scripts/fmnist_figure.sh, which skips a
+# finished or diverged run and resumes an interrupted one: stop the script and call it again.
+# Run it from a clean worktree of one commit (every run of a family from one commit: the report
+# refuses to judge a family whose runs mix commits), e.g.
+#   git worktree add /work/r3 <commit>; cd /work/r3
+#   nohup nice -n 19 bash experiments/evidence_round3.sh fig2 "0 1 2" "adam3@8e-4 oadagrad@3e-2" &
+# Then copy what the report reads into the repository's results/ (metrics, configs, provenance:
+# scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
+# an M = 5 run (Intel Xeon class; docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+family=${1:?FAMILY: fig2, fig3 or heterogeneous}
+seeds=${2:?SEEDS, e.g. \"0 1 2\"}
+cells=${3:?CELLS: METHOD@LR ... or ARM ...}
+plan=docs/analysis_plan/$family.yaml
+[ -f "$plan" ] || { echo "error: FAMILY=$family: no $plan (allowed: fig2, fig3, heterogeneous); nothing run" >&2; exit 2; }
+
+# every cell resolved before any run starts: one line per cell, "NAME|EXPERIMENT|METHOD|override ..."
+resolved=$("$PY" - "$plan" "$cells" <<'PYEOF'
+import sys
+import yaml
+
+def lr_name(lr: float) -> str:
+    """8e-4, 1.6e-3, 2.56e-2: the folder and override spelling of the earlier rounds."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+plan = yaml.safe_load(open(sys.argv[1]))
+runs, experiment = plan["runs"].removeprefix("results/fmnist/"), plan["experiment"]
+for cell in sys.argv[2].split():
+    if "arms" in plan:
+        if cell not in plan["arms"]:
+            sys.exit(f"error: cell {cell}: not an arm of {sys.argv[1]} (allowed: {', '.join(plan['arms'])}); nothing run")
+        data, setting, method, lr = plan["arms"][cell]
+        extra = plan["data"][data] + plan["settings"][setting]
+        name = f"{runs}/{data}/{setting}/lr{lr_name(lr)}"
+    else:
+        method, _, lr_text = cell.partition("@")
+        grid = plan["methods"].get(method, {}).get("grid", [])
+        lr = next((g for g in grid if lr_text and abs(g - float(lr_text)) <= 1e-12 * g), None) \
+            if lr_text.replace(".", "", 1).replace("e-", "", 1).isdigit() else None
+        if lr is None:
+            sys.exit(f"error: cell {cell}: not METHOD@LR with METHOD one of {', '.join(plan['methods'])} and LR on "
+                     f"its grid in {sys.argv[1]}; nothing run")
+        extra = list(plan.get("overrides", []))
+        name = f"{runs}/lr{lr_name(lr)}"
+    print("|".join([name, experiment, method, " ".join([f"optimizer.lr={lr_name(lr)}", *extra])]))
+PYEOF
+) || exit 2
+
+iterations=$("$PY" -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['iterations'])" "$plan")
+[ "${SMOKE:-0}" = 1 ] || export ITERATIONS=$iterations   # SMOKE=1: fmnist_figure.sh's seconds-long runs
+
+for seed in $seeds; do
+  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS: $seed is not a non-negative integer; nothing more run" >&2; exit 2; }
+  while IFS='|' read -r name experiment method overrides; do
+    # shellcheck disable=SC2086  # the overrides are words
+    PYTHON="$PY" bash scripts/fmnist_figure.sh "$name" "$experiment" "$method" "$seed" $overrides
+  done <<< "$resolved"
+done
