@@ -62,6 +62,29 @@ def test_packaged_weights_match_checksum_and_are_small() -> None:
     assert fc.TEST_ACCURACY >= 0.91
 
 
+def test_second_scorer_is_another_architecture_with_checked_weights(subset, outputs) -> None:
+    """The MLP (metrics.second_extractor=fmnist_mlp): its packaged weights match their hash, it has
+    no convolution, it classifies the subset well enough to score with, and its features differ
+    from the CNN's."""
+    spec = fc.NETS[fc.MLP_NAME]
+    assert hashlib.sha256(spec.path.read_bytes()).hexdigest() == spec.sha256 and spec.test_accuracy >= 0.85
+    mlp = fc.load_classifier(name=fc.MLP_NAME)
+    assert isinstance(mlp, fc.FashionMNISTMLP)
+    assert not any(isinstance(m, torch.nn.Conv2d) for m in mlp.modules())
+    with torch.no_grad():
+        features, logits = mlp.features_and_logits(subset.get_batch(torch.arange(len(subset))))
+    assert features.shape == outputs[0].shape
+    assert (logits.argmax(1) == subset.labels).double().mean().item() >= 0.85
+    assert (logits.argmax(1) == outputs[1].argmax(1)).double().mean().item() < 1.0   # another judge
+
+
+def test_second_scorer_weights_are_checked(tmp_path) -> None:
+    bad = tmp_path / "mlp.pt"
+    bad.write_bytes(fc.WEIGHTS_PATH.read_bytes())           # the CNN's weights under the MLP's name
+    with pytest.raises(ConfigError, match="dadam3-fmnist-mlp"):
+        fc.resolve_weights(bad, fc.MLP_NAME)
+
+
 def test_accuracy_on_committed_subset(subset, outputs) -> None:
     acc = (outputs[1].argmax(1) == subset.labels).double().mean().item()
     assert acc >= 0.91      # measured 0.934 on these 1000 test images (0.9219 on all 10 000)
@@ -258,3 +281,25 @@ def test_evaluation_hook_scores_every_node_and_the_averaged_model(tmp_path) -> N
     assert rec["fid_nodes"] == [h["fid"] for h in by_hand[:2]] and rec["fid_avg_model"] == by_hand[2]["fid"]
     assert rec["is_mean"] == sum(rec["is_nodes"]) / 2 and rec["is_avg_model_std"] == by_hand[2]["is_std"]
     assert rec["fid_nodes"][0] != rec["fid_nodes"][1]          # two different generators were scored
+
+
+def test_evaluation_hook_scores_again_under_the_second_scorer(tmp_path) -> None:
+    """metrics.second_extractor=fmnist_mlp: every image metric again, from the same images, under
+    the MLP, each key suffixed _fmnist_mlp; the first scorer's keys are what they are without it."""
+    from dadam3.run.schema import train_settings
+    from dadam3.train import build_trainer
+    from trainer_runs import config
+
+    common = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.03125", "nodes=2",
+              "loop.batch_size=2", "device=cpu", "loop.progress=false", "loop.iterations=2", "metrics.every=1",
+              "metrics.samples=10", "metrics.inception=true", "metrics.fid=true",
+              "metrics.feature_extractor=fmnist_classifier", f"metrics.cache_dir={tmp_path / 'cache'}"]
+    recs = []
+    for extra, run in (([], "one"), (["metrics.second_extractor=fmnist_mlp"], "two")):
+        torch.manual_seed(0)
+        t = build_trainer(train_settings(config(common + extra)), tmp_path / run)
+        recs.append(t.evaluate.score(t.G, 1))
+    one, two = recs
+    assert {k: v for k, v in two.items() if not k.endswith("_fmnist_mlp")} == one
+    assert set(two) - set(one) == {f"{k}_fmnist_mlp" for k in one}
+    assert two["fid_mean_fmnist_mlp"] != two["fid_mean"]
