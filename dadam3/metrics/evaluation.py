@@ -153,9 +153,8 @@ def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
     second = None
     if metrics.second_extractor is not None:
         extractor2 = FEATURE_EXTRACTORS[metrics.second_extractor]
-        second = (metrics.second_extractor,
-                  replace(spec, feature_extractor=extractor2,
-                          weights=resolve_feature_extractor_weights(extractor2, None, download=metrics.download_weights)))
+        weights2 = resolve_feature_extractor_weights(extractor2, None, download=metrics.download_weights)
+        second = (metrics.second_extractor, replace(spec, feature_extractor=extractor2, weights=weights2))
     return Evaluation(metrics.every, partial(image_scores, draws=draws, samples=metrics.samples, spec=spec,
                                              reference=reference, reference_cache_name=cache_name,
                                              per_node=metrics.per_node, second=second))
