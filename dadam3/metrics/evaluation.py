@@ -76,7 +76,7 @@ def image_scores(G: nn.Module, iteration: int, draws: Draws, samples: int, spec:
     images each, from fixed evaluation noise (``fidelity_metrics`` samples under a forked RNG
     seeded with 0, the run's own RNG untouched). FID and KID compare with ``reference`` (the
     data set's training images; cached after the first call). ``second`` = (name, spec): the same
-    scores of the same images under a second scorer, each key suffixed ``_<name>``."""
+    images scored under a second scorer (its spec's metrics), each key suffixed ``_<name>``."""
     rec = _scores(G, draws, samples, spec, reference, reference_cache_name, per_node)
     if second is not None:
         name, spec2 = second
@@ -154,7 +154,8 @@ def evaluation_hook(dataset, metrics, draws: Draws) -> Evaluation | None:
     if metrics.second_extractor is not None:
         extractor2 = FEATURE_EXTRACTORS[metrics.second_extractor]
         weights2 = resolve_feature_extractor_weights(extractor2, None, download=metrics.download_weights)
-        second = (metrics.second_extractor, replace(spec, feature_extractor=extractor2, weights=weights2))
+        # FID and IS again; KID only under the first scorer (its 100 subset kernels dominate an evaluation)
+        second = (metrics.second_extractor, replace(spec, feature_extractor=extractor2, weights=weights2, kid=False))
     return Evaluation(metrics.every, partial(image_scores, draws=draws, samples=metrics.samples, spec=spec,
                                              reference=reference, reference_cache_name=cache_name,
                                              per_node=metrics.per_node, second=second))

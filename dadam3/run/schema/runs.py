@@ -79,7 +79,7 @@ class Metrics(Section):
     fid: bool = knob(False, boolean, resume=True)             # against the data set's training images
     kid: bool = knob(False, boolean, resume=True)
     feature_extractor: str = knob("inception", Choice(tuple(FEATURE_EXTRACTORS)), resume=True)
-    # a second scorer: every image metric again under it, logged as <key>_<second_extractor> (null: none)
+    # a second scorer: IS and FID again under it (not KID), logged as <key>_<second_extractor> (null: none)
     second_extractor: Optional[str] = knob(None, Choice(tuple(FEATURE_EXTRACTORS), none=True), resume=True)
     inception_weights: Optional[str] = knob(None, text, resume=True)   # torch-fidelity's .pth file
     download_weights: bool = knob(default_of(FidelitySpec, "download"), boolean, resume=True)
