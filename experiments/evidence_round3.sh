@@ -16,7 +16,7 @@
 # finished or diverged run and resumes an interrupted one: stop the script and call it again.
 # Run it from a clean worktree of one commit (every run of a family from one commit: the report
 # refuses to judge a family whose runs mix commits), e.g.
-#   git worktree add /work/r3 <commit>; cd /work/r3
+#   git worktree add ../r3 <commit>; cd ../r3
 #   nohup nice -n 19 bash experiments/evidence_round3.sh fig2 "0 1 2" "adam3@8e-4 oadagrad@3e-2" &
 # Then copy what the report reads into the repository's results/ (metrics, configs, provenance:
 # scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min

@@ -6,7 +6,7 @@
 # the run's command: its config and commit are in what is copied).
 #
 #   bash scripts/copy_runs.sh SRC_RESULTS SUBDIR
-#   e.g. bash scripts/copy_runs.sh /work/r3/results fmnist/round3
+#   e.g. bash scripts/copy_runs.sh ../r3/results fmnist/round3
 #
 # A run still in progress (its last record is not "finished", and it has not diverged) is left out
 # and named. An existing copy is replaced only by a run directory with the same run_id.

@@ -160,7 +160,7 @@ def resolve_weights(weights_path: str | os.PathLike | None = None, name: str = F
     shown = str(weights_path) if weights_path is not None else None
     if not path.is_file():
         raise ConfigError("weights_path", shown,
-                          f"Fashion-MNIST classifier weights ({name}) not found at {path}; they ship with dadam3 "
+                          f"Fashion-MNIST classifier weights not found at {path} ({name}); they ship with dadam3 "
                           "(reinstall it) or are made by scripts/train_fmnist_classifier.py")
     digest = sha256_of(path)
     if digest != net.sha256:
