@@ -19,6 +19,14 @@ Each cell is a run directory ``<out>/<optimizer>/M<M>/<graph>/t<t>[_seed<s>]/`` 
 iteration by the loop; null: never), rho of the graph, and the bytes each node sent, counted by
 the optimizer's own mixer (:func:`mixer_bytes`). A cell with a ``summary.json`` is finished and
 skipped, so the study resumes where it stopped; ``--jobs`` cells run side by side.
+
+``--heterogeneous`` (issue 43, point 4): the same table on the heterogeneous variant of the game
+(``game.spread`` s in :data:`SPREADS`: node i draws a = c w.p. (1 + s u_i)/3, the average game and its
+FNE unchanged; :class:`~dadam3.games.synthetic.SyntheticGame`), Dadam3 only (DP-OAdam reaches the
+target in no cell of the iid study), on :data:`HETEROGENEOUS_TOPOLOGIES`, M in :data:`NODES`, t in
+:data:`ROUNDS`, N = :data:`ITERATIONS`, game seed 0 plus :data:`EXTRA_SEEDS` at t = 1; cells under
+``<out>/spread<s>/...`` (default ``results/gossip_heterogeneous``). Every summary also holds the nodes'
+final consensus distance (1/M) sum_i ||z_i - z_bar||^2.
 """
 from __future__ import annotations
 
@@ -57,9 +65,12 @@ GRAPH_SEEDS = (0, 1, 2)            # Erdos-Renyi draws
 EXTRA_SEEDS = (1, 2)               # game seeds beside 0, for Dadam3 at t = 1
 ITERATIONS = 1_000_000
 LONG = 10_000_000                  # the ring at t = 1, game seed 0
+SPREADS = (0.5, 1.0)               # --heterogeneous: game.spread of its cells
+HETEROGENEOUS_TOPOLOGIES = ("ring", "complete")
 # a tiny grid for the tests: an easy game (c = 2, k = 0.5, eta = 0.05) that reaches e_k <= 10^-2 in ~100 iterations
 SMOKE = dict(nodes=(4,), topologies=("ring", "erdos_renyi"), rounds=(1, 2), graph_seeds=(0,), extra_seeds=(1,),
              iterations=300, long=600, extra=("game.c=2", "game.k=0.5", "optimizer.lr=0.05"))
+SMOKE_HETEROGENEOUS = dict(SMOKE, topologies=HETEROGENEOUS_TOPOLOGIES, spreads=(1.0,))
 SUMMARY, STUDY = "summary.json", "study.json"
 
 
@@ -78,6 +89,7 @@ class Cell:
     seed: int = 0                  # the game's sample stream
     graph_seed: int | None = None  # Erdos-Renyi only
     extra: tuple[str, ...] = ()    # further overrides (the smoke grid's game)
+    spread: float = 0.0            # game.spread (0: the paper's iid nodes)
 
     @property
     def graph(self) -> str:
@@ -86,7 +98,8 @@ class Cell:
     @property
     def path(self) -> str:
         seed = f"_seed{self.seed}" if self.seed else ""
-        return f"{self.optimizer}/M{self.nodes}/{self.graph}/t{self.rounds}{seed}"
+        spread = f"spread{self.spread:g}/" if self.spread else ""
+        return f"{spread}{self.optimizer}/M{self.nodes}/{self.graph}/t{self.rounds}{seed}"
 
     def topology_options(self) -> dict:
         return {} if self.graph_seed is None else {"p": er_p(self.nodes), "seed": self.graph_seed}
@@ -98,7 +111,7 @@ class Cell:
     def values(self) -> list[str]:
         opts = [f"topology.{k}={v}" for k, v in self.topology_options().items()]
         return [f"topology.rounds={self.rounds}", *opts, f"nodes={self.nodes}", f"iterations={self.iterations}",
-                f"seed={self.seed}", *self.extra]
+                f"seed={self.seed}", *([f"game.spread={self.spread}"] if self.spread else []), *self.extra]
 
 
 def cell_config(cell: Cell) -> DictConfig:
@@ -113,8 +126,10 @@ def _composed(optimizer: str, topology: str) -> DictConfig:
     return compose("synthetic", [f"optimizer={optimizer}", f"topology={topology}"])
 
 
-def grid(smoke: bool = False) -> tuple[list[Cell], list[dict]]:
+def grid(smoke: bool = False, heterogeneous: bool = False) -> tuple[list[Cell], list[dict]]:
     """The study's cells (the costliest first), and the (topology, M) that cannot be built, with why."""
+    if heterogeneous:
+        return heterogeneous_grid(smoke), []
     g = SMOKE if smoke else dict(nodes=NODES, topologies=TOPOLOGIES, rounds=ROUNDS, graph_seeds=GRAPH_SEEDS,
                                  extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, long=LONG, extra=())
     cells, skipped = [], []
@@ -134,6 +149,18 @@ def grid(smoke: bool = False) -> tuple[list[Cell], list[dict]]:
                             n = g["long"] if (topo, t, s) == ("ring", 1, 0) else g["iterations"]
                             cells.append(Cell(opt, M, topo, t, n, s, gs, g["extra"]))
     return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2), skipped
+
+
+def heterogeneous_grid(smoke: bool = False) -> list[Cell]:
+    """``--heterogeneous``: Dadam3 at each spread of :data:`SPREADS`, on the ring and the complete graph,
+    every M and t, game seed 0 (plus :data:`EXTRA_SEEDS` at t = 1); the costliest first."""
+    g = SMOKE_HETEROGENEOUS if smoke else dict(nodes=NODES, topologies=HETEROGENEOUS_TOPOLOGIES, rounds=ROUNDS,
+                                               extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, extra=(),
+                                               spreads=SPREADS)
+    cells = [Cell("dadam3", M, topo, t, g["iterations"], seed, extra=g["extra"], spread=s)
+             for s in g["spreads"] for M in g["nodes"] for topo in g["topologies"] for t in g["rounds"]
+             for seed in ((0, *g["extra_seeds"]) if t == 1 else (0,))]
+    return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2)
 
 
 # ------------------------------------------------------------------------------- one cell
@@ -185,8 +212,9 @@ def run_cell(cell: Cell, out: Path) -> dict:
     record_provenance(d, "cpu", 0)
     t0 = time.perf_counter()
     try:
-        result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
-                               seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options})
+        game = SyntheticGame(s.game.c, s.game.k, s.game.spread)
+        result = run_synthetic(game, o.name, o.hparams, s.nodes, s.iterations, seed=s.seed,
+                               topology={"name": t.name, "rounds": t.rounds, **t.options})
         status = {"status": "finished", "iteration": s.iterations}
     except SyntheticDiverged as e:
         result, status = e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)}
@@ -206,7 +234,9 @@ def summarize(cell: Cell, result, status: str, topo: Topology, start: np.ndarray
     sent = bytes_after(hit, start, period) if hit else None
     logged = len(result.iteration) > 0
     cell_keys = {k: v for k, v in asdict(cell).items() if k != "extra"}
+    z = result.final_point
     return {**cell_keys, "p": cell.topology_options().get("p"), "status": status,
+            "final_consensus_distance": float(np.mean(np.sum((z - z.mean(axis=0)) ** 2, axis=1))),
             "final_iteration": int(result.iteration[-1]) if logged else 0,
             "final_error": float(result.error[-1]) if logged else None,
             "final_avg_grad_sq_norm": float(result.avg_grad_sq_norm[-1]) if logged else None,
@@ -223,14 +253,14 @@ def _warm_up() -> None:
     """Compile (or load) both optimizers' loops once, before the workers fork."""
     for opt in OPTIMIZERS:
         s = synthetic_settings(compose("synthetic", [f"optimizer={opt}", "nodes=2", "iterations=2"]))
-        run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), opt, s.optimizer.hparams, 2, 2)
+        run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k, spread=s.game.spread), opt, s.optimizer.hparams, 2, 2)
 
 
 # ------------------------------------------------------------------------------- the study
 
-def study(out: Path, jobs: int, smoke: bool) -> int:
+def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int:
     """Every unfinished cell of the grid into ``out``, ``jobs`` at a time; returns the number run."""
-    cells, skipped = grid(smoke)
+    cells, skipped = grid(smoke, heterogeneous)
     todo = [c for c in cells if not (out / c.path / SUMMARY).is_file()]
     commit = code_commit()
     print(f"gossip study: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, {jobs} side "
@@ -240,7 +270,9 @@ def study(out: Path, jobs: int, smoke: bool) -> int:
     out.mkdir(parents=True, exist_ok=True)
     spec = {"optimizers": OPTIMIZERS, "nodes": sorted({c.nodes for c in cells}), "target_error": TARGET_ERROR,
             "er_p": {str(M): er_p(M) for M in sorted({c.nodes for c in cells})}, "cells": len(cells),
-            "not_built": skipped, "smoke": smoke}
+            "not_built": skipped, "smoke": smoke,
+            **({"spreads": sorted({c.spread for c in cells}), "iterations": max(c.iterations for c in cells)}
+               if heterogeneous else {})}
     (out / STUDY).write_text(json.dumps(spec, indent=1) + "\n")
     if not todo:
         return 0
@@ -264,10 +296,13 @@ def study(out: Path, jobs: int, smoke: bool) -> int:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m dadam3.gossip_study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("results/gossip"), help="results folder (default results/gossip)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results folder (default results/gossip; results/gossip_heterogeneous with --heterogeneous)")
     p.add_argument("--jobs", type=int, default=2, help="cells side by side (default 2)")
     p.add_argument("--smoke", action="store_true", help="a tiny grid (seconds), for the tests")
+    p.add_argument("--heterogeneous", action="store_true", help="the heterogeneous game's grid (game.spread > 0)")
     a = p.parse_args(argv)
+    a.out = a.out or Path("results/gossip_heterogeneous" if a.heterogeneous else "results/gossip")
     if a.jobs < 1:
         print(f"error: --jobs={a.jobs}: must be an integer >= 1", file=sys.stderr)
         sys.exit(2)
@@ -275,7 +310,7 @@ def main(argv=None) -> None:
         print(f"error: --out={a.out}: not a directory", file=sys.stderr)
         sys.exit(2)
     try:
-        study(a.out, a.jobs, a.smoke)
+        study(a.out, a.jobs, a.smoke, a.heterogeneous)
     except KeyboardInterrupt:
         print("gossip study: interrupted; finished cells are kept, rerun to go on", file=sys.stderr)
         sys.exit(130)

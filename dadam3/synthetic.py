@@ -158,8 +158,9 @@ def _play(s: SyntheticConfig, out_dir: Path, stop: StopSignals) -> SyntheticResu
     o, t = s.optimizer, s.topology
     try:
         with named_as(t.keys("topology.")):
-            result = run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k), o.name, o.hparams, s.nodes, s.iterations,
-                                   seed=s.seed, topology={"name": t.name, "rounds": t.rounds, **t.options},
+            game = SyntheticGame(s.game.c, s.game.k, s.game.spread)
+            result = run_synthetic(game, o.name, o.hparams, s.nodes, s.iterations, seed=s.seed,
+                                   topology={"name": t.name, "rounds": t.rounds, **t.options},
                                    engine=s.engine, stop=lambda: stop.signum is not None)
     except SyntheticDiverged as e:
         write_results(out_dir, e.result, {"status": "diverged", "iteration": e.iteration, "message": str(e)})

@@ -6,11 +6,18 @@
 # skipped, so a stopped study goes on where it stopped when called again. JOBS cells run side by
 # side (default 2), one thread each. SMOKE=1: a tiny grid on an easy game (seconds), for the tests.
 # The report's section "Beyond the paper: gossip rounds and topology" reads them (`make report`).
+# HETEROGENEOUS=1 (issue 43): the same table on the heterogeneous game (game.spread 0.5 and 1: node i
+# draws a = c w.p. (1 + s u_i)/3, the average game unchanged), Dadam3 on the ring and the complete
+# graph, into results/gossip_heterogeneous/ (~10 min of CPU at one thread; read by the report's section
+# "Beyond the paper: heterogeneous nodes").
 #   bash experiments/gossip_rounds.sh
 #   JOBS=1 GOSSIP_OUT=/tmp/g SMOKE=1 bash experiments/gossip_rounds.sh
+#   JOBS=1 HETEROGENEOUS=1 nice -n 19 bash experiments/gossip_rounds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-ARGS=(--out "${GOSSIP_OUT:-results/gossip}" --jobs "${JOBS:-2}")
+ARGS=(--jobs "${JOBS:-2}")
+[ -n "${GOSSIP_OUT:-}" ] && ARGS+=(--out "$GOSSIP_OUT")
 [ "${SMOKE:-0}" = 1 ] && ARGS+=(--smoke)
+[ "${HETEROGENEOUS:-0}" = 1 ] && ARGS+=(--heterogeneous)
 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 exec "$PY" -m dadam3.gossip_study "${ARGS[@]}"

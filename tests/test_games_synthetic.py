@@ -23,7 +23,7 @@ def test_fne_formula():
     a_c = np.array([c + 2 * z[0] + k * z[1], c + 2 * z[1] - k * z[0]])
     a_1 = np.array([1 + 2 * z[0] + k * z[1], 1 + 2 * z[1] - k * z[0]])
     np.testing.assert_allclose(GAME.mean_operator(z), a_c / 3 + 2 * a_1 / 3)
-    draws = SyntheticGame.draw(np.random.default_rng(0), 200_000, 5)
+    draws = GAME.draw(np.random.default_rng(0), 200_000, 5)
     assert draws.mean() == pytest.approx(1 / 3, abs=3e-3)
 
 

@@ -92,6 +92,32 @@ def test_smoke_run_of_the_script_writes_every_cell_and_resumes(tmp_path):
     assert (tmp_path / cells[1].path / "metrics.csv").stat().st_mtime_ns == before
 
 
+def test_heterogeneous_grid_and_smoke_run(tmp_path):
+    """--heterogeneous: Dadam3 on the ring and the complete graph at each spread, every M and t, cells under
+    spread<s>/; the smoke run writes each cell with its spread and the nodes' final consensus distance."""
+    cells = gs.grid(heterogeneous=True)[0]
+    assert {c.optimizer for c in cells} == {"dadam3"} and {c.topology for c in cells} == {"ring", "complete"}
+    assert {c.spread for c in cells} == set(gs.SPREADS) and {c.nodes for c in cells} == {5, 16, 64}
+    assert len(cells) == len(gs.SPREADS) * 3 * 2 * (5 + 2) == len({c.path for c in cells})
+    assert all(c.path.startswith(f"spread{c.spread:g}/") and f"game.spread={c.spread}" in c.overrides()
+               for c in cells)
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "SMOKE": "1", "JOBS": "1",
+           "GOSSIP_OUT": str(tmp_path), "HETEROGENEOUS": "1"}
+    r = subprocess.run(["bash", "experiments/gossip_rounds.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    smoke = gs.grid(smoke=True, heterogeneous=True)[0]
+    for c in smoke:
+        s = json.loads((tmp_path / c.path / gs.SUMMARY).read_text())
+        assert (s["status"], s["spread"], s["topology"]) == ("finished", 1.0, c.topology)
+        cfg = OmegaConf.load(tmp_path / c.path / ".hydra" / "config.yaml")
+        assert cfg.game.spread == 1.0
+        assert s["final_consensus_distance"] >= 0.0
+    ring = [json.loads((tmp_path / c.path / gs.SUMMARY).read_text()) for c in smoke if c.topology == "ring"]
+    assert max(s["final_consensus_distance"] for s in ring) > 0.0        # nodes differ on a ring
+    assert json.loads((tmp_path / gs.STUDY).read_text())["spreads"] == [1.0]
+
+
 def test_bad_jobs_is_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         gs.main(["--jobs", "0", "--out", str(tmp_path / "x")])

@@ -156,7 +156,7 @@ def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its
     li, k0 = 0, 0
     while k0 < iterations:
         n = min(CHUNK, iterations - k0)
-        is_c = SyntheticGame.draw(rng, n, nodes)
+        is_c = game.draw(rng, n, nodes)
         li, done = kernel.run(h, k0, points, state, is_c, ops, (float(game.c), float(game.k)), rec, li)
         k0 += done
         if done < n or stop():
@@ -173,7 +173,7 @@ def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_i
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc, li, k, hit = 0.0, 0, 0, None
     while k < iterations:
-        is_c = torch.from_numpy(SyntheticGame.draw(rng, min(CHUNK, iterations - k), nodes))
+        is_c = torch.from_numpy(game.draw(rng, min(CHUNK, iterations - k), nodes))
         for row in is_c:
             if stop():
                 return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit

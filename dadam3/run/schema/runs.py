@@ -253,13 +253,14 @@ def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
 
 @dataclass
 class Game(Section):
-    """The synthetic game of Section 5.1 (:class:`~dadam3.games.synthetic.SyntheticGame` checks c and k)."""
+    """The synthetic game of Section 5.1 (:class:`~dadam3.games.synthetic.SyntheticGame` checks c, k, spread)."""
     c: float = knob(SyntheticGame.c)          # Section 5.1 (the class's defaults)
     k: float = knob(SyntheticGame.k)
+    spread: float = knob(SyntheticGame.spread)    # heterogeneous nodes (beyond the paper); 0: Section 5.1
 
     def cross_check(self, prefix: str) -> None:
         with named_as(self.keys(prefix)):
-            SyntheticGame(self.c, self.k)
+            SyntheticGame(self.c, self.k, self.spread)
 
 
 @dataclass
