@@ -24,7 +24,8 @@ skipped, so the study resumes where it stopped; ``--jobs`` cells run side by sid
 (``game.spread`` s in :data:`SPREADS`: node i draws a = c w.p. (1 + s u_i)/3, the average game and its
 FNE unchanged; :class:`~dadam3.games.synthetic.SyntheticGame`), Dadam3 only (DP-OAdam reaches the
 target in no cell of the iid study), on :data:`HETEROGENEOUS_TOPOLOGIES`, M in :data:`NODES`, t in
-:data:`ROUNDS`, N = :data:`ITERATIONS`, game seed 0 plus :data:`EXTRA_SEEDS` at t = 1; cells under
+:data:`ROUNDS` (the complete graph at t = 1 only: W^t = W), N = :data:`ITERATIONS`, game seed 0 plus
+:data:`EXTRA_SEEDS` at t = 1; cells under
 ``<out>/spread<s>/...`` (default ``results/gossip_heterogeneous``). Every summary also holds the nodes'
 final consensus distance (1/M) sum_i ||z_i - z_bar||^2.
 """
@@ -152,13 +153,15 @@ def grid(smoke: bool = False, heterogeneous: bool = False) -> tuple[list[Cell], 
 
 
 def heterogeneous_grid(smoke: bool = False) -> list[Cell]:
-    """``--heterogeneous``: Dadam3 at each spread of :data:`SPREADS`, on the ring and the complete graph,
-    every M and t, game seed 0 (plus :data:`EXTRA_SEEDS` at t = 1); the costliest first."""
+    """``--heterogeneous``: Dadam3 at each spread of :data:`SPREADS`, on the ring (every t) and the complete
+    graph (t = 1 only: W^t = W = 11^T/M, so more rounds change the bytes, not the run), every M, game seed 0
+    (plus :data:`EXTRA_SEEDS` at t = 1); the costliest first."""
     g = SMOKE_HETEROGENEOUS if smoke else dict(nodes=NODES, topologies=HETEROGENEOUS_TOPOLOGIES, rounds=ROUNDS,
                                                extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, extra=(),
                                                spreads=SPREADS)
     cells = [Cell("dadam3", M, topo, t, g["iterations"], seed, extra=g["extra"], spread=s)
-             for s in g["spreads"] for M in g["nodes"] for topo in g["topologies"] for t in g["rounds"]
+             for s in g["spreads"] for M in g["nodes"] for topo in g["topologies"]
+             for t in (g["rounds"] if topo != "complete" else (1,))          # the complete graph: W^t = W
              for seed in ((0, *g["extra_seeds"]) if t == 1 else (0,))]
     return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2)
 

@@ -8,7 +8,8 @@
 # The report's section "Beyond the paper: gossip rounds and topology" reads them (`make report`).
 # HETEROGENEOUS=1 (issue 43): the same table on the heterogeneous game (game.spread 0.5 and 1: node i
 # draws a = c w.p. (1 + s u_i)/3, the average game unchanged), Dadam3 on the ring and the complete
-# graph, into results/gossip_heterogeneous/ (~10 min of CPU at one thread; read by the report's section
+# graph (t = 1 only there: W^t = W), into results/gossip_heterogeneous/ (~20 min of CPU at one thread,
+# mostly the complete graph of 64 nodes; read by the report's section
 # "Beyond the paper: heterogeneous nodes").
 #   bash experiments/gossip_rounds.sh
 #   JOBS=1 GOSSIP_OUT=/tmp/g SMOKE=1 bash experiments/gossip_rounds.sh

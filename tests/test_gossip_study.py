@@ -98,7 +98,8 @@ def test_heterogeneous_grid_and_smoke_run(tmp_path):
     cells = gs.grid(heterogeneous=True)[0]
     assert {c.optimizer for c in cells} == {"dadam3"} and {c.topology for c in cells} == {"ring", "complete"}
     assert {c.spread for c in cells} == set(gs.SPREADS) and {c.nodes for c in cells} == {5, 16, 64}
-    assert len(cells) == len(gs.SPREADS) * 3 * 2 * (5 + 2) == len({c.path for c in cells})
+    assert {c.rounds for c in cells if c.topology == "complete"} == {1}         # W^t = W on the complete graph
+    assert len(cells) == len(gs.SPREADS) * 3 * ((5 + 2) + (1 + 2)) == len({c.path for c in cells})
     assert all(c.path.startswith(f"spread{c.spread:g}/") and f"game.spread={c.spread}" in c.overrides()
                for c in cells)
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "SMOKE": "1", "JOBS": "1",
