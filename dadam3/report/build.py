@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dadam3.report import sections_fmnist as fm
 from dadam3.report import sections_gossip as gossip
+from dadam3.report import sections_heterogeneous as heterogeneous
 from dadam3.report import sections_paper as paper
 from dadam3.run.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
 from dadam3.report.common import anchor, runs_table
@@ -83,6 +84,7 @@ def build(root: Path) -> tuple[str, Output]:
                            "Paper: " + paper.claims.FIG3 + PAPER_SCALE, paper.claims.CLAIMS_FIG3)
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += gossip.section(root, out)
+    body += heterogeneous.section(root, out)
     body += ["## Every run", ""] + runs_table(all_runs(root)) + synthetic_runs(root)
     titles = [line[3:] for line in body if line.startswith("## ")]
     toc = ["Contents: " + " · ".join(f"[{t}](#{anchor(t)})" for t in titles), ""]

@@ -246,11 +246,14 @@ def game_part(root: Path) -> list[str]:
                         "`HETEROGENEOUS=1 JOBS=1 bash experiments/gossip_rounds.sh`.", ""]
     target = study.get("target_error", 1e-2)
     rounds = sorted({s["rounds"] for s in cells})
+    commits = sorted({str(seg.get("code_commit", "unknown"))[:12] for s in cells for seg in
+                      read.json_file(root / GAME_DIR / _cell_path(s) / "provenance.json", list, [{}])})
     lines += [f"Section 5.1's game with node i drawing a = c w.p. p_i = (1 + s u_i)/3, u_i evenly spaced in "
               f"[−1, 1] (`game.spread` = s; the mean game and its FNE z* unchanged), Dadam3 at the paper's "
               f"settings, N = {study.get('iterations', max(s['iterations'] for s in cells)):,} iterations per cell; "
               f"first k with e_k ≤ {target:g} at each t (game seed 0; *never*: not within N), at t = 1 with game "
-              "seeds 1, 2; final e_N and the nodes' final consensus distance (1/M) Σ‖z_i − z̄‖².", "",
+              "seeds 1, 2; final e_N and the nodes' final consensus distance (1/M) Σ‖z_i − z̄‖². The complete graph "
+              "runs t = 1 only (W^t = W). Code commits of the cells: " + ", ".join(commits) + ".", "",
               "| s | M | graph | " + " | ".join(f"first k, t = {t}" for t in rounds)
               + " | t = 1, seeds 1, 2 | final e_N (t = 1; range over t) | consensus (t = 1 → t = "
               f"{max(rounds)}) | smallest sufficient t |", "|" + " --- |" * (len(rounds) + 7)]
@@ -267,6 +270,12 @@ def game_part(root: Path) -> list[str]:
                      + (f"{one['final_error']:.3g} ({min(finals):.3g}–{max(finals):.3g})" if one and finals else "–")
                      + f" | {_cd(one)} → {_cd(last)} | {min(reached) if reached else 'none'} |")
     return lines + [""] + game_verdict(groups, rounds, target) + [GAME_WHY, ""]
+
+
+def _cell_path(s: dict) -> str:
+    """A cell's folder under the study's (``dadam3.gossip_study.Cell.path``)."""
+    seed = f"_seed{s['seed']}" if s["seed"] else ""
+    return f"spread{s['spread']:g}/{s['optimizer']}/M{s['nodes']}/{s['topology']}/t{s['rounds']}{seed}"
 
 
 def _hit(s: dict | None) -> str:
