@@ -100,3 +100,18 @@ def test_the_report_with_the_section_rebuilds_byte_for_byte(tree):
     assert "## Beyond the paper: gossip rounds and topology" in (tree / "REPORT.md").read_text()
     assert "| `gossip/dadam3/M16/*/t*` (8 runs) | 8 finished | abcdef012345 |" in (tree / "REPORT.md").read_text()
     assert "| `gossip/dp_oadam/M16/*/t*` (1 run) | 1 finished | abcdef012345 |" in (tree / "REPORT.md").read_text()
+
+
+def test_bytes_per_round_is_the_mixers_count_over_t():
+    """The gossip section's only advice: bytes per node per iteration per round, the cells' own count / t."""
+    from dadam3.report.sections_gossip import bytes_per_round
+    cell = dict(optimizer="dadam3", seed=0, graph_seed=None, p=None)
+    cells = [dict(cell, topology="ring", nodes=5, rounds=1, bytes_per_iteration_mean=64.0),
+             dict(cell, topology="ring", nodes=5, rounds=3, bytes_per_iteration_mean=192.0),
+             dict(cell, topology="complete", nodes=16, rounds=1, bytes_per_iteration_mean=480.0),
+             dict(cell, topology="erdos_renyi", nodes=16, rounds=2, graph_seed=1, bytes_per_iteration_mean=336.0)]
+    lines = bytes_per_round(cells)
+    assert "at most 0.0%" in lines[0]
+    assert lines[2:] == ["| graph | M = 5 | M = 16 |", "| --- | --- | --- |", "| ring | 64 | – |",
+                         "| Erdős–Rényi (p = 2 ln M / M), seed 1 | – | 168 |", "| complete | – | 480 |", ""]
+    assert bytes_per_round([]) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +33,30 @@ CLAIM = ("Not in the paper: its Theorem asks for t ≥ log_{{1/ρ}}(1 + C) gossi
          "every iteration); a graph's *smallest sufficient t* is the smallest t whose seed-0 cell reaches it.")
 
 
-WHY = ("Reading it: e_k measures the node average z̄, and this game's operator is affine in z (G(z; a) = a + Az), "
-       "so the average of the nodes' gradients is the gradient at z̄ whatever the spread of the nodes around it; "
-       "mixing preserves z̄, and the graph enters z̄'s path only through how differently the nodes scale their "
-       "steps. Every node draws from the same distribution and all start at zero. So this game tests whether "
-       "slow mixing hurts z̄ through the adaptive steps; a game whose operator is not affine, or nodes with "
-       "different data, can make consensus matter more (see docs/topology.md).")
+WHY = ("What this game can and cannot show: whether slow mixing hurts the node average z̄ through the adaptive "
+       "steps, and each graph's bytes; not an effect of the graph or t on z̄, because (1) the operator is affine "
+       "(G(z; a) = a (1, 1) + Az): the mean of the nodes' gradients is the gradient at z̄ however far apart the "
+       "nodes are; (2) gossip (doubly stochastic W) preserves the node average; (3) every node draws from the same "
+       "distribution from the same start, so every node's adaptive scale is the same and z̄ takes the centralized "
+       "step. Its smallest sufficient t is no advice for a GAN (not affine; nodes may hold different data). Until "
+       "the heterogeneous GAN runs exist (\"Beyond the paper: heterogeneous nodes\", plan "
+       "docs/analysis_plan/heterogeneous.yaml) the only advice taken from here is each graph's bytes per round:")
+
+
+def bytes_per_round(cells: list[dict]) -> list[str]:
+    """Bytes per node per iteration per gossip round: Dadam3's mixer count (mean over nodes, the game's two
+    float64 numbers) divided by t, per graph and M, and the most that quotient differs between t (0: linear)."""
+    per: dict[tuple, list[float]] = {}
+    for s in (s for s in cells if s["optimizer"] == "dadam3" and s["seed"] == 0 and "bytes_per_iteration_mean" in s):
+        label = NAMES[s["topology"]] + ("" if s["graph_seed"] is None else f" (p = 2 ln M / M), seed {s['graph_seed']}")
+        per.setdefault((graph_key(s)[1:], label, s["nodes"]), []).append(s["bytes_per_iteration_mean"] / s["rounds"])
+    ms, graphs_ = sorted({k[2] for k in per}), sorted({k[:2] for k in per})
+    spread = max(((max(v) - min(v)) / max(v) for v in per.values() if max(v) > 0), default=0.0)
+    return ([f"Bytes per node per iteration per gossip round (Dadam3's mixer count at t rounds / t, which differs "
+             f"between the t of one graph by at most {spread:.1%}; scale by your model's bytes / 16):", "",
+             "| graph | " + " | ".join(f"M = {M}" for M in ms) + " |", "|" + " --- |" * (len(ms) + 1)]
+            + [f"| {g[1]} | " + " | ".join(f"{statistics.fmean(per[(*g, M)]):.4g}" if (*g, M) in per else "–"
+                                           for M in ms) + " |" for g in graphs_] + [""]) if per else []
 
 
 def load(root: Path) -> tuple[list[dict], dict]:
@@ -312,7 +331,7 @@ def section(root: Path, out: Output) -> list[str]:
     path, link = out.figure("gossip_bytes")
     figure_bytes(dadam3, rounds, path)
     lines += [f"![bytes per node to the target against t]({link})", ""]
-    return lines + verdict(dadam3, dp, rounds, target) + [WHY, ""]
+    return lines + verdict(dadam3, dp, rounds, target) + [WHY, ""] + bytes_per_round(cells)
 
 
 def runs_rows(root: Path) -> list[str]:
