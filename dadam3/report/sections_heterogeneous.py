@@ -223,18 +223,18 @@ def game_cells(root: Path) -> tuple[list[dict], dict]:
     return cells, read.json_file(base / "study.json", dict, {})
 
 
-GAME_WHY = ("Why (derived, and checked on these cells): mixing is doubly stochastic, so the node average moves by the "
+GAME_WHY = ("Why (derived; the cells above agree): mixing is doubly stochastic, so the node average moves by the "
             "average of the nodes' own steps, z̄ ← z̄ − η (1/M) Σ_i G_i(z_i)/√Λ_i, with Λ_i node i's own adaptive "
             "scale, which gossip never mixes. The operator is affine, G_i(z) = a_i (1, 1) + A z, so where the "
-            "scales agree the average step is the mean game's step at z̄ whatever the nodes' spread around z̄: "
-            "the graph and t move the nodes apart (the consensus distance) but not z̄. Where they differ, z̄ "
-            "rests where Σ_i (ā_i (1, 1) + A z̄)/√Λ_i = 0: a 1/√Λ-weighted mean of the nodes' games, biased away "
-            "from z* by the same amount on every graph. Λ_i follows the largest squared gradient node i has "
-            "seen, reached near z = 0 at its first draw of a = c: at s < 1 every node draws c early and all the "
-            "scales agree; at s = 1 node 0 never draws c, its scale stays several times smaller and its steps "
-            "several times larger, and its game (a = 1) pulls z̄ away from z* by the same amount on the ring "
-            "and the complete graph. More rounds cannot remove a bias of the adaptive scales; mixing the "
-            "scales (or a common scale) would.")
+            "scales agree the average step is the mean game's step at z̄ however far the nodes sit from z̄: the "
+            "graph and t move the nodes apart (the consensus distance) but not z̄. Where they differ, z̄ rests "
+            "where Σ_i (ā_i (1, 1) + A z̄)/√Λ_i = 0, a 1/√Λ-weighted mean of the nodes' games, away from z* by the "
+            "same amount on every graph and at every t. Λ_i follows the largest squared gradient node i has seen, "
+            "which comes near z = 0 at its first draw of a = c: every node with p_i > 0 draws c within its first "
+            "few hundred iterations, so at s = 0.5 all the scales agree; at s = 1 node 0 (p_0 = 0) never draws c, "
+            "its scale stays several times smaller and its steps several times larger, and its game (a = 1) pulls "
+            "z̄ off z* — one node of M, so the bias shrinks as M grows. More gossip rounds cannot remove a bias of "
+            "the adaptive scales; mixing the scales (or one common scale) would.")
 
 
 def game_part(root: Path) -> list[str]:
