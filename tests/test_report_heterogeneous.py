@@ -102,5 +102,6 @@ def test_game_table_and_reading(tmp_path):
     text = "\n".join(het.game_part(tmp_path))
     assert "| 1 | 5 | ring | 100 | 101 | 110, never | 0.005 (0.005–0.006) | 0.4 → 0.2 | 1 |" in text
     assert "| 1 | 5 | complete | 100 | – | –, – | 0.005 (0.005–0.005) | 0 → – | 1 |" in text
-    assert "3 of 3 seed-0 cells reach e_k ≤ 0.01" in text and "moves by at most 1.00% on one graph" in text
+    assert "3 of 3 seed-0 cells reach e_k ≤ 0.01" in text
+    assert "moves by at most 1 iterations (1 % of it) on one graph" in text
     assert "shrinks the final consensus distance 2–2× against t = 1" in text and "bbbbbbbbbbbb" in text

@@ -295,8 +295,7 @@ def game_verdict(groups: dict[tuple, dict], rounds: list[int], target: float) ->
     for spread in sorted({k[0] for k in groups}):
         mine = {k: by for k, by in groups.items() if k[0] == spread}
         hits = [by[t, 0]["first_hit"] for by in mine.values() for t in rounds if (t, 0) in by]
-        moved = [_rel([by[t, 0]["first_hit"] for t in rounds if (t, 0) in by]) for by in mine.values()]
-        moved = [m for m in moved if m is not None]
+        moved = [m for by in mine.values() if (m := _moved([by[t, 0]["first_hit"] for t in rounds if (t, 0) in by]))]
         never = sorted(f"M = {k[1]} {k[2]}" for k, by in mine.items() if all(by[t, 0]["first_hit"] is None
                                                                             for t in rounds if (t, 0) in by))
         graphs = []
@@ -311,7 +310,7 @@ def game_verdict(groups: dict[tuple, dict], rounds: list[int], target: float) ->
         text = (f"s = {spread:g}: {sum(h is not None for h in hits)} of {len(hits)} seed-0 cells reach e_k ≤ "
                 f"{target:g}" + (f" (never on: {', '.join(never)})" if never else "")
                 + (f"; between t = {min(rounds)} and t = {max(rounds)} the first hit moves by at most "
-                   f"{max(moved):.2%} on one graph" if moved else "")
+                   f"{max(moved)[0]} iterations ({max(moved)[1]:.2g} % of it) on one graph" if moved else "")
                 + f"; final e_N over both graphs and every t: {'; '.join(graphs)}")
         if ratios:
             text += (f"; on the ring, t = {max(rounds)} shrinks the final consensus distance "
@@ -320,8 +319,8 @@ def game_verdict(groups: dict[tuple, dict], rounds: list[int], target: float) ->
     return ["**Reading** (computed from the cells above):", ""] + [f"- {x}." for x in out] + [""]
 
 
-def _rel(values: list[int | None]) -> float | None:
-    """(max − min)/min of the first hits of one graph over t (None unless every t reached the target)."""
+def _moved(values: list[int | None]) -> tuple[int, float] | None:
+    """(max − min, 100 (max − min)/min) of one graph's first hits over t (None unless every t reached the target)."""
     if not values or None in values:
         return None
-    return (max(values) - min(values)) / min(values)
+    return max(values) - min(values), 100.0 * (max(values) - min(values)) / min(values)
