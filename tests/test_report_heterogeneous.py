@@ -40,7 +40,7 @@ def test_no_runs_names_every_arm_awaiting_and_the_command(tmp_path):
     lines = het.section(tmp_path, Output(tmp_path), PLAN)
     text = "\n".join(lines)
     arms = list(het.load_plan(PLAN)["arms"])
-    assert f"Awaiting runs ({len(arms)} of {len(arms)} arms" in text
+    assert f"Awaiting runs ({len(arms)} of {len(arms)} arms have fewer than 5 finished fresh seeds)" in text
     assert f'`bash experiments/evidence_round3.sh heterogeneous "3 4 5 6 7" "{" ".join(arms)}"`' in text
     assert "No committed cells under `results/gossip_heterogeneous/`" in text
     assert not (tmp_path / "report").exists()
@@ -68,7 +68,8 @@ def test_per_arm_table_and_figures(tmp_path):
     c = rows["iid_cadam3"]
     assert c[11] == "2000 (1 of 1)" and c[12].rstrip(" |") == "never (0 of 1)"    # 150 <= 150; 101 > 100
     assert rows["a01_dadam3"][5] == "0 of 1 (1 unfinished)"
-    assert "Awaiting runs (7 of 9 arms" in text and "`a01_dadam3" in text.split("Awaiting runs")[1].split("\n")[0]
+    awaiting = text.split("Awaiting runs")[1].split("\n")[0]
+    assert awaiting.startswith(" (9 of 9 arms") and "`iid_dadam3`" in awaiting      # 2 of 5 fresh seeds only
     assert "The second scorer (fmnist_mlp)" in text
     assert second["iid_dadam3"][7] == "52.5 ± 10.6" and second["iid_dadam3"][6] == "–"   # node mean / 2; no x̄ key
     figs = sorted(p.name for p in (tmp_path / "report").glob("*.png"))
@@ -105,3 +106,12 @@ def test_game_table_and_reading(tmp_path):
     assert "3 of 3 seed-0 cells reach e_k ≤ 0.01" in text
     assert "moves by at most 1 iterations (1 % of it) on one graph" in text
     assert "shrinks the final consensus distance 2–2× against t = 1" in text and "bbbbbbbbbbbb" in text
+
+
+def test_an_arm_with_its_fresh_seeds_is_no_longer_awaited(tmp_path):
+    for seed in (3, 4, 5, 6, 7):
+        _run(tmp_path, "a01_dosg_stab", seed, [200.0, 120.0], [0.1, 0.1])
+    _run(tmp_path, "a01_cadam3", 0, [200.0, 120.0], [0.0, 0.0])          # a finished seed, but not a fresh one
+    text = "\n".join(het.section(tmp_path, Output(tmp_path), PLAN))
+    awaiting = text.split("Awaiting runs")[1].split("\n")[0]
+    assert awaiting.startswith(" (8 of 9 arms") and "a01_dosg_stab" not in awaiting and "`a01_cadam3`" in awaiting

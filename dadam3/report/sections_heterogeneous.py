@@ -164,13 +164,14 @@ def figure_consensus(groups: dict[str, list[Run]], path: Path) -> None:
 def gan_part(root: Path, out: Output, plan: dict, plan_name: str) -> list[str]:
     runs = arm_runs(root, plan)
     seeds = " ".join(map(str, plan["fresh_seeds"]))
-    waiting = [name for name, rs in runs.items() if not any(r.status == "finished" for r in rs)]
+    fresh, need = set(plan["fresh_seeds"]), int(plan.get("fresh_min", len(plan["fresh_seeds"])))
+    waiting = [name for name, rs in runs.items() if sum(r.status == "finished" and r.seed in fresh for r in rs) < need]
     lines = [f"Plan: [{plan_name}](../{plan_name}) (committed before its runs): {len(plan['arms'])} arms on the "
              f"`{plan.get('experiment', '?')}` preset, fresh seeds {', '.join(map(str, plan['fresh_seeds']))}; the "
              "claims' verdicts (paired differences, Holm) come from the evidence families' machinery, not from "
              "the tables below.", ""]
     if waiting:
-        lines += [f"Awaiting runs ({len(waiting)} of {len(runs)} arms have no finished run): "
+        lines += [f"Awaiting runs ({len(waiting)} of {len(runs)} arms have fewer than {need} finished fresh seeds): "
                   + ", ".join(f"`{a}`" for a in waiting) + ". Command (from a clean worktree of one commit): "
                   f"`{COMMAND.format(seeds=seeds, arms=' '.join(waiting))}`.", ""]
     have = {name: rs for name, rs in runs.items() if rs}
