@@ -65,3 +65,39 @@ def test_spread_is_checked_in_the_configs_keys():
     with pytest.raises(ConfigError, match=r"^game.spread=-0.1: must be in \[0, 1\]"):
         synthetic_settings(compose("synthetic", ["game.spread=-0.1"]))
     assert synthetic_settings(compose("synthetic", ["game.spread=0.5"])).game.spread == 0.5
+
+
+def _dadam3_rest(spread, topology, c=10.0, k=0.5, nodes=5, n=4000):
+    """Dadam3 (torch) on a small heterogeneous game: z_bar averaged over the second half of the run,
+    the 1/sqrt(Lambda)-weighted rest point predicted from the final scales, z*, and the scales."""
+    import torch
+
+    from dadam3.optim import build_optimizer, mixer_for
+    game = SyntheticGame(c, k, spread)
+    th, al = (torch.zeros(nodes, 1, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    opt = build_optimizer("dadam3", [{"params": [th]}, {"params": [al], "maximize": True}],
+                          mixer_for("dadam3", nodes, topology, 1), lr=0.02, beta1=0.0, beta2=1 / (1 + c ** 2),
+                          beta3=0.1)
+    zs = []
+    for row in torch.from_numpy(game.draw(np.random.default_rng(0), n, nodes)):
+        th.grad, al.grad = torch.autograd.grad(game.loss(th, al, row), [th, al])
+        opt.step()
+        zs.append(torch.cat([th, al], 1).detach().mean(0).numpy())
+    scale = np.sqrt(np.concatenate([opt.state[th]["lam"].numpy(), opt.state[al]["lam"].numpy()], 1))   # [M, 2]
+    w, a = 1 / scale, game.node_mean_a(nodes)
+    rest = np.linalg.solve(np.array([[2, k], [-k, 2]]), -(w * a[:, None]).sum(0) / w.sum(0))
+    return np.mean(zs[n // 2:], axis=0), rest, game.fne(), scale
+
+
+@pytest.mark.parametrize("topology", ["ring", "complete"])
+def test_the_bias_is_the_scales_weighted_rest_point_whatever_the_graph(topology):
+    """Why t cannot help on the heterogeneous game (docs/topology.md): gossip mixes the iterates, not
+    the nodes' adaptive scales Lambda_i; z_bar rests where sum_i E[G_i(z_bar)]/sqrt(Lambda_i) = 0. At
+    s = 1 node 0 never draws a = c, its scale stays small, and z_bar sits at that weighted point, far
+    from z*, on the ring as on the complete graph; at s = 0.5 the scales agree and z_bar is near z*."""
+    zbar, rest, zstar, scale = _dadam3_rest(1.0, topology)
+    assert scale[0, 0] < 0.3 * scale[1:, 0].min()
+    assert np.linalg.norm(zbar - rest) < 0.05 * np.linalg.norm(rest - zstar)
+    zbar, rest, zstar, scale = _dadam3_rest(0.5, topology)
+    assert scale[:, 0].max() < 1.05 * scale[:, 0].min()
+    assert np.linalg.norm(zbar - zstar) < 0.05 * np.linalg.norm(zstar)
