@@ -28,7 +28,7 @@ report: $(STAMP)
 	$(PY) -m dadam3.report --results results
 
 fig1: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/fig1_synthetic.sh
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/fig1_synthetic.sh
 
 bench-synthetic: $(STAMP)
 	$(PY) scripts/bench_synthetic.py
@@ -37,10 +37,10 @@ clean-venv:
 	rm -rf $(VENV)
 
 toy: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/toy_gaussians.sh
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/toy_gaussians.sh
 
 bench-gan: $(STAMP)
 	$(PY) scripts/bench_gan.py
 
 bench-gpu: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash scripts/gpu_benchmarks.sh results/gpu
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash scripts/gpu_benchmarks.sh results/gpu
