@@ -3,7 +3,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint test report fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
+.PHONY: install lint test test-slow report fig1 toy bench-synthetic bench-gan bench-gpu clean-venv
 
 install: $(STAMP)
 
@@ -17,11 +17,15 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dadam3 tests scripts
 
-# the linter, then the suite in $(WORKERS) pytest-xdist workers (CI: 2 cores; the aim: under ~10 min there, the
-# 20 slowest tests are listed at the end); WORKERS=0 runs it in one process
+# the linter, then the suite in $(WORKERS) pytest-xdist workers without the end-to-end tests marked slow
+# (CI: 2 cores; the 20 slowest tests are listed at the end); WORKERS=0 runs it in one process
 WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -n $(WORKERS) --dist load --durations=20
+	$(PY) -m pytest -n $(WORKERS) --dist load --durations=20 -m "not slow"
+
+# the end-to-end tests marked slow (each over ~20 s: whole runs, fresh clones, subprocess pipelines); CI runs both
+test-slow: $(STAMP)
+	$(PY) -m pytest -n $(WORKERS) --dist load --durations=20 -m slow
 
 # results/REPORT.md and results/report/*.png from the committed run directories (dadam3/report/)
 report: $(STAMP)

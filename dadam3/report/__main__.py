@@ -32,6 +32,12 @@ def main(argv=None) -> None:
     for path in removed:
         print(f"removed stale {path}")
     print(f"wrote {a.results / 'REPORT.md'}")
+    from dadam3.report.runs import shown_grids
+
+    grids = shown_grids((a.results / "REPORT.md").read_text(encoding="utf-8"))
+    if grids:           # samples are git-ignored: what REPORT.md shows must be committed by hand
+        print(f"REPORT.md shows {len(grids)} sample grids; keep them in git (git add -f): "
+              + " ".join(str(a.results / g) for g in grids))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ provenance. Nothing here is copied by hand; a setting a run did not record is ``
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -142,6 +143,12 @@ def sample_grid(root: Path, run: Run) -> str | None:
     """The run's last sample grid of the node-averaged model, relative to ``root``."""
     grids = sorted((root / run.rel / "samples").glob("iter_*_avg.png"))
     return grids[-1].relative_to(root).as_posix() if grids else None
+
+
+def shown_grids(report: str) -> list[str]:
+    """The run sample grids (``.../samples/*.png``) a REPORT.md text shows, relative to its folder,
+    in order: ``.gitignore`` keeps samples out of git, so each is committed by hand (``git add -f``)."""
+    return list(dict.fromkeys(re.findall(r"\]\(([^)\s]*/samples/[^)\s]*\.png)\)", report)))
 
 
 def read_metrics_csv(path: Path) -> dict[str, list[float]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
-from dadam3.run.checkpoint.files import mkstemp_umask
+from dadam3.run.paths import mkstemp_umask
 
 # the names a training run writes (.hydra/ and train.log too: the run writes them once it holds the
 # directory); what overwrite=true deletes of a run written before manifests

@@ -6,6 +6,7 @@ naming the key and the path; nothing is created.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,13 @@ def check_writable_file(key: str, path: Any) -> Path:
     except ConfigError as e:
         raise ConfigError(key, str(path), f"its directory {e.template}", e.refs) from None
     return p
+
+
+def mkstemp_umask(path: Path) -> tuple[int, str]:
+    """A temporary file ``.<name>.<random>.tmp`` beside ``path``, with the mode an ordinary
+    ``open`` would give it (0666 less the umask; ``mkstemp`` alone makes it 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp

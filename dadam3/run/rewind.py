@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dadam3.run.checkpoint.files import mkstemp_umask
+from dadam3.run.paths import mkstemp_umask
 
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
 log = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ import logging
 import os
 import pickle
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import torch
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_failure_reason
 from dadam3.errors.stops import RunStopped
+from dadam3.run.paths import mkstemp_umask
 
 log = logging.getLogger(__name__)
 
@@ -154,16 +154,6 @@ def _write_checksums(path: Path, digests: list[str]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def mkstemp_umask(path: Path) -> tuple[int, str]:
-    """A temporary file ``.<name>.<random>.tmp`` beside ``path``, with the mode an ordinary
-    ``open`` would give it (0666 less the umask; ``mkstemp`` alone makes it 0600)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return fd, tmp
 
 
 def remove_stray_temporaries(directory: Path) -> list[Path]:
