@@ -90,6 +90,7 @@ def test_train_or_resume_stops_on_a_failure_that_is_not_a_divergence(tmp_path, f
     assert r.returncode == 1 and "after" not in r.stdout
 
 
+@pytest.mark.slow
 def test_is_figure_skips_diverged_runs_and_draws_the_figure(tmp_path, fake_python):
     """Figs. 2-4's driver: a run that diverged earlier is skipped, one that diverges now does not
     stop the next; the figure holds every run with an inception score, a diverged one labelled."""
@@ -189,6 +190,7 @@ def test_the_longer_and_stabilised_experiment_runs_each_part_into_its_variant(tm
     assert r.returncode == 2 and "PART=long or PART=stable" in r.stderr
 
 
+@pytest.mark.slow
 def test_the_sweep_runs_a_cell_off_its_grid_once_and_refuses_a_malformed_one_before_any_run(tmp_path, fake_python):
     """CELLS may name a step size the grid lacks (to bracket a best value at its edge): it runs
     once, beside the grid's own cells; a cell that is not METHOD@LR stops the script before a run."""

@@ -67,6 +67,7 @@ def test_run_writes_metrics_csv(tmp_path):
     assert "provenance.json" in (tmp_path / "manifest.txt").read_text().split()
 
 
+@pytest.mark.slow
 def test_multirun_sweep(tmp_path):
     r = synthetic("-m", "optimizer=dadam3,dosg", "optimizer.lr=1e-2,1e-3", "iterations=200",
                   f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.num}")
@@ -100,6 +101,7 @@ def _files(d):
             if p.is_file() and p.name != ".lock"}
 
 
+@pytest.mark.slow
 def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
     """Like the trainer: a directory holding an earlier run's results is refused with one line,
     nothing in it changed (.hydra/ and the log too); overwrite=true replaces them."""
@@ -120,6 +122,7 @@ def test_an_earlier_runs_directory_is_refused_unless_overwrite(tmp_path):
     assert len(json.loads((tmp_path / "provenance.json").read_text())) == 1     # the new run's, not appended
 
 
+@pytest.mark.slow
 def test_a_refused_run_leaves_no_directory_of_its_own(tmp_path):
     """Hydra makes the run directory before the checks: a refused run removes it again (issue 26
     item 14), and a directory that existed before is kept."""
@@ -139,6 +142,7 @@ def test_a_training_runs_directory_is_refused_even_with_overwrite(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
 
 
+@pytest.mark.slow
 def test_sweep_runs_every_job_past_a_diverged_one(tmp_path):
     """A diverged job is recorded and the sweep goes on; one summary line, exit status 1."""
     r = synthetic("-m", "optimizer=dsgd", "optimizer.lr=10,1e-3", "iterations=500", f"hydra.sweep.dir={tmp_path}",
