@@ -34,27 +34,36 @@ class Builder:
     """One topology of :data:`TOPOLOGIES`: ``fn(nodes, **options)`` returns W, or with a
     ``period`` (a function of the nodes) ``fn(nodes, r)`` returns schedule matrix r (time-varying).
     ``options``: the keyword arguments of :func:`build_topology` it reads (its config keys);
-    ``given``: W comes from the user (validated as asked, errors name the option given)."""
+    ``given``: W comes from the user (validated as asked, errors name the option given);
+    ``supports(nodes)``: whether it has a graph on that many nodes (the tests build each topology
+    on node counts it supports)."""
 
     fn: Callable[..., np.ndarray]
     options: tuple[str, ...] = ()
     period: Callable[[int], int] | None = None
     given: bool = False
+    supports: Callable[[int], bool] = lambda nodes: nodes >= 1
 
 
-# name -> Builder: the ONE list of topologies. The schema's allowed names
-# (dadam3/run/schema/groups.py), the docs and the tests' parametrisation read it; adding one is a
-# function decorated with @topology here and a YAML file configs/topology/NAME.yaml.
+# name -> Builder: the ONE list of topologies. The schema (dadam3/run/schema/groups.py), the
+# configs (topology=NAME, stored in Hydra's ConfigStore from here), the docs and the tests read it;
+# adding one is a function decorated with @topology, here or in a file of dadam3/topologies/
+# (imported with this module). Its options are its keyword arguments with their defaults.
 TOPOLOGIES: dict[str, Builder] = {}
 
 
 def topology(name: str, options: tuple[str, ...] = (), period: Callable[[int], int] | None = None,
-             given: bool = False) -> Callable:
+             given: bool = False, supports: Callable[[int], bool] | None = None) -> Callable:
     """Register the decorated builder under ``name`` in :data:`TOPOLOGIES` (see :class:`Builder`)."""
     def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        TOPOLOGIES[name] = Builder(fn, options, period, given)
+        TOPOLOGIES[name] = Builder(fn, options, period, given, *([supports] if supports else []))
         return fn
     return register
+
+
+def torus_supports(M: int) -> bool:
+    """A torus needs M = r x c with r, c >= 2 (or M <= 3)."""
+    return M <= 3 or any(M % r == 0 and M // r >= 2 for r in range(2, math.isqrt(M) + 1))
 
 
 # --------------------------------------------------------------------------- builders
@@ -95,7 +104,7 @@ def metropolis_hastings(adjacency: np.ndarray) -> np.ndarray:
     return W
 
 
-@topology("torus", options=("rows",))
+@topology("torus", options=("rows",), supports=torus_supports)
 def torus(M: int, rows: int | None = None) -> np.ndarray:
     """2-D torus of ``rows x (M // rows)`` nodes, each linked to its 4 grid neighbours
     (wrapping around), Metropolis-Hastings weights (1/5 each when both sides >= 3).
@@ -273,8 +282,9 @@ class Topology:
 
 def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None = None,
                    p: float = 0.5, seed: int = 0, matrix=None, file: str | None = None,
-                   require_symmetric: bool = True) -> Topology:
-    """Build and validate a :class:`Topology` (a one-line ConfigError naming the argument)."""
+                   require_symmetric: bool = True, **options) -> Topology:
+    """Build and validate a :class:`Topology` (a one-line ConfigError naming the argument);
+    ``options``: those of a topology registered elsewhere (its builder's keyword arguments)."""
     check_nodes(nodes)
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError("rounds", rounds, "gossip rounds per mixing must be an integer >= 1")
@@ -283,8 +293,12 @@ def build_topology(name: str, nodes: int, rounds: int = 1, *, rows: int | None =
         raise ConfigError("name", name, f"unknown topology (not in dadam3.topology.TOPOLOGIES); allowed: "
                                         f"{', '.join(TOPOLOGIES)}")
     builder = TOPOLOGIES[name]
-    given = {"rows": rows, "p": p, "seed": seed, "matrix": matrix, "file": file}
-    options = {key: given[key] for key in builder.options}
+    given = {"rows": rows, "p": p, "seed": seed, "matrix": matrix, "file": file, **options}
+    unknown = sorted(set(options) - set(builder.options))
+    if unknown:
+        raise ConfigError(unknown[0], options[unknown[0]], f"not an option of topology {name}; allowed: "
+                                                           f"{', '.join(builder.options) or 'none'}")
+    options = {key: given[key] for key in builder.options if key in given}
     if builder.period is not None:
         period = builder.period(nodes)
         topo = Topology(name, nodes, rounds, schedule=lambda r: builder.fn(nodes, r, **options), period=period)
@@ -319,3 +333,17 @@ def _connected(A: np.ndarray) -> bool:
                 seen.add(int(j))
                 stack.append(int(j))
     return len(seen) == M
+
+
+def _import_topologies() -> None:
+    """Import every module of :mod:`dadam3.topologies` (each registers its builders)."""
+    import importlib
+    import pkgutil
+
+    import dadam3.topologies as package
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+_import_topologies()

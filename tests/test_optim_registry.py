@@ -1,10 +1,10 @@
-"""Adding an optimizer takes exactly what the README says: the algorithm (a module with a class on
-a skeleton: HPARAMS, STATE, SCALARS, scalars, direction), its import and one line in
-``OPTIMIZERS``, and one YAML file in ``configs/optimizer/``. Here an optimistic sign method is
+"""Adding an optimizer takes exactly what the README says: one file, the algorithm (a module with a
+class on a skeleton: HPARAMS, STATE, SCALARS, scalars, direction) decorated with
+``@optimizer("name")``. Here an optimistic sign method is
 added that way to a copy of the package (its registry edited as a user edits it: no
 monkeypatching); in the copy the suite's tests of the optimizers' presets and schemas pass
 with it, and it trains a GAN and runs on the synthetic game (at the game's stated step size:
-it has no ``configs/synthetic_optimizer/`` preset), through numba's loop and through torch,
+its class has no ``SYNTHETIC`` preset), through numba's loop and through torch,
 equal. Also: an algorithm written with a function numba cannot compile falls back to the torch
 optimizer on the synthetic game."""
 import json
@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from dadam3.optim.elementwise import sign
 from dadam3.optim.hparams import LR, HParam
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 
@@ -39,6 +40,7 @@ class SignScalars(NamedTuple):
     scale: float
 
 
+@optimizer("osign")
 class OptimisticSign(OptimisticGossip):
     HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
     STATE = {"steps": 0.0}
@@ -86,16 +88,7 @@ def tree_with_osign(tmp_path_factory):
             (tree / part).symlink_to(Path(*(ROOT / part).readlink().parts))
         else:
             shutil.copytree(ROOT / part, tree / part, ignore=ignore, symlinks=True)
-    (tree / "dadam3" / "optim" / "osign.py").write_text(OSIGN)                          # 1. the algorithm
-    init = tree / "dadam3" / "optim" / "__init__.py"                                    # 2. import + registry line
-    text = init.read_text().replace("from dadam3.topology import", "from dadam3.optim.osign import OptimisticSign\n"
-                                    "from dadam3.topology import", 1)
-    line = '    "dsgd": Spec("dsgd", DSGD),\n'
-    text = text.replace(line, line + '    "osign": Spec("osign", OptimisticSign),\n')
-    assert text.count("osign") == 3
-    init.write_text(text)
-    (tree / "configs" / "optimizer" / "osign.yaml").write_text(                        # 3. the YAML file
-        "defaults:\n  - schema_osign\n  - _self_\n\nname: osign\n")
+    (tree / "dadam3" / "optim" / "osign.py").write_text(OSIGN)       # the one file: the algorithm, registered
     return tree
 
 

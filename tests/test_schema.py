@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from dadam3.run.config import CONFIG_DIR, group_choices
 from dadam3.errors.config import ConfigError
-from dadam3.optim import OPTIMIZERS
+from dadam3.optim import OPTIMIZERS, optimizer_spec
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run.directory import check_run_dir
 from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
@@ -48,8 +48,13 @@ def test_every_group_option_composes_and_checks(group, option):
 def test_every_optimizer_composes_for_the_synthetic_game(option):
     s = synthetic_settings(compose("synthetic", [f"optimizer={option}", "game.c=10"]))
     assert s.optimizer.name == option and s.game.c == 10.0
-    if "beta2" in s.optimizer.hparams and option not in ("dosg", "cosg", "dsgd", "oadagrad"):
+    preset = optimizer_spec(option).synthetic       # the class's SYNTHETIC; none: its defaults at the game's lr
+    if "beta2" in preset:
         assert s.optimizer.hparams["beta2"] == pytest.approx(1 / 101)      # Section 5.1: 1/(1+c^2)
+    defaults = optimizer_spec(option).check_hparams({})
+    for key, value in s.optimizer.hparams.items():
+        if key not in preset and key != "lr":
+            assert value == defaults[key], key
 
 
 @pytest.mark.parametrize("overrides, line", [

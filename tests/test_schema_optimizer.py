@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from dadam3.run import presets
 from dadam3.run.config import CONFIG_DIR, group_choices
 from dadam3.optim import OPTIMIZERS, optimizer_spec
 
@@ -56,10 +57,10 @@ def test_the_pinned_table_covers_every_preset_of_its_optimizers():
 def test_an_optimizer_not_yet_pinned_resolves_to_its_defaults(name):
     """Without a preset: the class's defaults for the GANs; on the synthetic game, the game's stated
     step size (configs/synthetic.yaml: Section 5.1's 1e-2 for every optimizer) unless
-    configs/synthetic_optimizer/NAME.yaml sets more."""
+    the class's SYNTHETIC sets more."""
     defaults = optimizer_spec(name).check_hparams({})
     assert resolved(f"train/None/{name}") == {"name": name, **defaults}
-    if not (CONFIG_DIR / "synthetic_optimizer" / f"{name}.yaml").is_file():
+    if not optimizer_spec(name).synthetic:
         assert resolved(f"synthetic/game.c=10/{name}") == {"name": name, **defaults, "lr": 1e-2}
 
 
@@ -69,7 +70,8 @@ def test_every_preset_trains_with_the_hyper_parameters_it_trained_with(key):
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_an_optimizer_yaml_repeats_no_default_of_its_class(name):
-    """A value in configs/optimizer/NAME.yaml would be a second source for it."""
-    yaml = OmegaConf.load(CONFIG_DIR / "optimizer" / f"{name}.yaml")
-    assert set(yaml) - {"defaults", "name"} == set(), name
+def test_an_optimizer_config_is_made_from_the_registry_and_repeats_no_default(name):
+    """optimizer/NAME comes from the registry (no YAML file); a value in it would be a second source."""
+    assert not (CONFIG_DIR / "optimizer").exists() and name in group_choices("optimizer")
+    conf, _, _ = presets.preset("optimizer", name)
+    assert conf == {"name": name}

@@ -14,17 +14,18 @@ dadam      DAdam                    simultaneous Adam + gossip (plain baseline)
 dsgd       DSGD                     simultaneous SGD + gossip (plain baseline)
 =========  =======================  =====================================================
 
-Adding an optimizer: the algorithm (a module with a class on one of the skeletons of
-:mod:`dadam3.optim.skeletons`, with its ``HPARAMS``, ``STATE``, ``SCALARS``, ``scalars`` and
-``direction``), one line in :data:`OPTIMIZERS` and a YAML file in ``configs/optimizer/``. It
-then trains GANs (torch, torch.compile on CUDA, numba on the CPU) and runs on the synthetic
-game's compiled loop, all from those functions; math numba cannot compile runs through torch.
+Adding an optimizer is one file in this package: a class on one of the skeletons of
+:mod:`dadam3.optim.skeletons` (its ``HPARAMS``, ``STATE``, ``SCALARS``, ``scalars`` and ``direction``;
+optionally ``SYNTHETIC``, its preset for the synthetic game), decorated with
+``@optimizer("name")`` (:mod:`dadam3.optim.registry`). Every module here is imported with the
+package, and the configs ``optimizer=name`` are made from the registry. It then trains GANs
+(torch, torch.compile on CUDA, numba on the CPU) and runs on the synthetic game's compiled loop,
+all from those functions; math numba cannot compile runs through torch.
 Adding a skeleton: one module in :mod:`dadam3.optim.skeletons` (its buffers, phases and rounds).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from dadam3.errors.config import ConfigError, named_as
 from dadam3.mixing import LocalMixer, Mixer
@@ -37,49 +38,16 @@ from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.osg import DOSG
+from dadam3.optim.registry import OPTIMIZERS, Spec, import_algorithms, optimizer, optimizer_spec
 from dadam3.optim.simultaneous import DSGD
 from dadam3.topology import Topology, build_topology
 
 __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
            "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec",
-           "ENGINES", "optimizer_spec", "build_optimizer", "mixer_for"]
+           "ENGINES", "optimizer", "optimizer_spec", "build_optimizer", "mixer_for"]
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One registry entry: the class (whose ``HPARAMS`` give defaults and ranges; its skeleton
-    is the family) and the topology it forces. The synthetic game's compiled loop is made from
-    the class (:func:`dadam3.games.synthetic_kernels.kernel_for`)."""
-
-    name: str
-    cls: type[NodeOptimizer]
-    topology: str | None = None      # forced topology (centralized variants)
-    single_node: bool = False
-
-    def check_hparams(self, hparams: Mapping[str, Any]) -> dict[str, float]:
-        """Every hyper-parameter: given ones checked (one-line ConfigError), others at their defaults."""
-        return self.cls.check_hparams(hparams, self.name)
-
-
-OPTIMIZERS: dict[str, Spec] = {
-    "adam3": Spec("adam3", Dadam3, single_node=True),
-    "dadam3": Spec("dadam3", Dadam3),
-    "cadam3": Spec("cadam3", Dadam3, topology="complete"),
-    "dosg": Spec("dosg", DOSG),
-    "cosg": Spec("cosg", DOSG, topology="complete"),
-    "oadagrad": Spec("oadagrad", OAdagrad),
-    "dp_oadam": Spec("dp_oadam", DPOAdam),
-    "dadam": Spec("dadam", DAdam),
-    "dsgd": Spec("dsgd", DSGD),
-}
-
-
-def optimizer_spec(name: str) -> Spec:
-    """The registry entry of ``name`` (one-line ConfigError for an unknown name)."""
-    if name not in OPTIMIZERS:
-        raise ConfigError("name", name, f"unknown optimizer (not in dadam3.optim.OPTIMIZERS); allowed: "
-                                        f"{', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[name]
+import_algorithms(__name__, __path__)       # every algorithm file registers itself (@optimizer)
 
 
 def mixer_for(name: str, nodes: int, topology: str = "ring", rounds: int = 1,

@@ -29,10 +29,13 @@ from typing import NamedTuple
 
 from dadam3.optim.hparams import EPS, LR, HParam
 from dadam3.optim.elementwise import helper, sqrt
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 
 # defaults: Table 6 (eta = 5e-5, beta1 = 0.5, beta2 = 0.999, eps = 1e-8)
 ADAM_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0), "eps": EPS}
+# the synthetic game (Section 5.1): beta1 = 0, beta2 = 1/(1+c^2) (its lr: configs/synthetic.yaml)
+ADAM_SYNTHETIC = {"beta1": 0.0, "beta2": "${inv_one_plus_sq:${game.c}}"}
 
 
 class AdamScalars(NamedTuple):
@@ -59,10 +62,12 @@ def adam_direction(g, a, m, v):
     return m / (sqrt(v) * a.v_correction + a.eps) * a.m_correction, m, v
 
 
+@optimizer("dadam")
 class DAdam(SingleSequenceGossip):
     """Simultaneous (decentralized) Adam; lr, beta1, beta2, eps."""
 
     HPARAMS = ADAM_HPARAMS
+    SYNTHETIC = ADAM_SYNTHETIC
 
     STATE = {"m": 0.0, "v": 0.0}
 
@@ -74,10 +79,12 @@ class DAdam(SingleSequenceGossip):
         return adam_direction(g, a, m, v)                    # D_k
 
 
+@optimizer("dp_oadam")
 class DPOAdam(SingleSequenceGossip):
     """Decentralized parallel optimistic Adam (see module docstring); lr, beta1, beta2, eps."""
 
     HPARAMS = ADAM_HPARAMS
+    SYNTHETIC = ADAM_SYNTHETIC
 
     STATE = {"m": 0.0, "v": 0.0, "d": 0.0}
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from dadam3.optim.hparams import EPS, LR, HParam
 from dadam3.optim.elementwise import maximum, sqrt
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 
@@ -31,6 +32,9 @@ class Dadam3Scalars(NamedTuple):
     eps: float
 
 
+@optimizer("cadam3", topology="complete")      # W = 11^T/M
+@optimizer("dadam3")
+@optimizer("adam3", single_node=True)
 class Dadam3(OptimisticGossip):
     """Decentralized ADAptive Momentum Min-Max (Algorithm 2).
 
@@ -47,6 +51,8 @@ class Dadam3(OptimisticGossip):
                "lambda0": HParam(0.0)}
 
     STATE = {"m": 0.0, "v": 0.0, "lam": "lambda0"}
+    # the synthetic game (Section 5.1): beta1 = 0, beta2 = 1/(1+c^2), beta3 = 0.1 (its lr: configs/synthetic.yaml)
+    SYNTHETIC = {"beta1": 0.0, "beta2": "${inv_one_plus_sq:${game.c}}", "beta3": 0.1}
     SCALARS = Dadam3Scalars
 
     @staticmethod

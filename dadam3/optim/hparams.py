@@ -1,8 +1,8 @@
 """A hyper-parameter's default and allowed interval, and the defaults several algorithms share.
 
-The defaults are the ONE source of every hyper-parameter's value (``configs/optimizer/*.yaml``
-name the algorithm only): the paper's Table 6 (the WGAN-GP experiments). The synthetic game of
-Section 5.1 uses others, set in ``configs/synthetic_optimizer/``.
+The defaults are the ONE source of every hyper-parameter's value (``optimizer=NAME`` is made
+from the registry): the paper's Table 6 (the WGAN-GP experiments). The synthetic game of
+Section 5.1 uses others, set by a class's ``SYNTHETIC``.
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from dadam3.optim.hparams import LR, HParam
 from dadam3.optim.elementwise import sqrt
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 
@@ -24,6 +25,7 @@ class OAdagradScalars(NamedTuple):
     delta: float
 
 
+@optimizer("oadagrad")
 class OAdagrad(OptimisticGossip):
     """Optimistic AdaGrad (see module docstring); hyper-parameters lr (eta) and delta."""
 

@@ -11,9 +11,12 @@ with G_0 = 0. COSG is the complete graph W = 11^T/M.
 from __future__ import annotations
 
 from dadam3.optim.hparams import LR
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
 
+@optimizer("cosg", topology="complete")      # W = 11^T/M
+@optimizer("dosg")
 class DOSG(OptimisticGossip):
     """Decentralized optimistic stochastic gradient (see module docstring); hyper-parameter lr."""
 

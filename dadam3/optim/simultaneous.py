@@ -8,9 +8,11 @@ the current point, then the parameters are gossiped (adapt-then-combine).
 from __future__ import annotations
 
 from dadam3.optim.hparams import LR
+from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 
 
+@optimizer("dsgd")
 class DSGD(SingleSequenceGossip):
     """Simultaneous (decentralized) stochastic gradient descent-ascent; hyper-parameter lr."""
 

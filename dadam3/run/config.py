@@ -23,7 +23,9 @@ if not OmegaConf.has_resolver("inv_one_plus_sq"):
 
 
 def group_choices(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    """``group``'s options from every search path (:mod:`dadam3.run.presets`)."""
+    from dadam3.run import presets
+    return presets.group_choices(group)
 
 
 def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
@@ -41,7 +43,10 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
 
 def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
     """Entry-point wrapper: pre-check group choices, then every other override with ``check``
-    (:func:`dadam3.run.schema.check_overrides`), then hand over to Hydra."""
+    (:func:`dadam3.run.schema.check_overrides`), then hand over to Hydra. The user's config
+    directories (``--config-dir``, ``hydra.searchpath``) count for both checks."""
+    from dadam3.run import presets
+    presets.use_searchpath(sys.argv[1:])
     exit_on_failure(check_group_choices)(sys.argv[1:], groups)
     exit_on_failure(check)(sys.argv[1:])
     exit_on_failure(hydra_main)()          # a second stop signal in a sweep, a launcher's failure: one line

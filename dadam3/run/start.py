@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
 from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
-from dadam3.run.config import CONFIG_DIR, flatten
+from dadam3.run import presets
+from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import WriteFailed
 from dadam3.run.trainer import WGANTrainer
@@ -93,7 +94,7 @@ def group_choices(stored: dict[str, Any], overrides: Sequence[str] = ()) -> list
     out = []
     for group, (name_key, _) in GROUPS.items():
         name = stored.get(f"{group}.{name_key}")
-        if isinstance(name, str) and (CONFIG_DIR / group / f"{name}.yaml").is_file() and group not in chosen:
+        if isinstance(name, str) and presets.exists(group, name) and group not in chosen:
             out.append(f"{group}={name}")
     return out
 
@@ -110,10 +111,8 @@ def _parsed(overrides: Sequence[str]) -> list:
 
 def _preset_choices(group: str, option: str) -> dict[str, str]:
     """The group options a preset's ``defaults:`` chooses (``override /dataset: fashion_mnist``)."""
-    path = CONFIG_DIR / group / f"{option}.yaml"
-    conf = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else {}
-    return {k.replace("override", "").strip().lstrip("/"): str(v) for entry in (conf or {}).get("defaults") or []
-            if isinstance(entry, dict) for k, v in entry.items()}
+    found = presets.preset(group, option)
+    return found[1] if found else {}
 
 
 def given_keys(overrides: Sequence[str], stored: dict[str, Any]) -> list[str]:
@@ -124,7 +123,7 @@ def given_keys(overrides: Sequence[str], stored: dict[str, Any]) -> list[str]:
         key = o.key_or_group
         if key.startswith("hydra") or o.package is not None:
             continue
-        if "." in key or not (CONFIG_DIR / key).is_dir():
+        if not presets.is_group(key):
             keys.append(key)
         elif not o.is_sweep_override() and o.value() is not None:
             keys += _choice_keys(key, str(o.value()), stored)
@@ -137,11 +136,11 @@ def _choice_keys(group: str, option: str, stored: dict[str, Any]) -> list[str]:
     if group in GROUPS:
         name_key = GROUPS[group][0]
         return [f"{group}.{name_key}"] if stored.get(f"{group}.{name_key}") == option else [group]
-    path = CONFIG_DIR / group / f"{option}.yaml"
-    if not path.is_file():
+    found = presets.preset(group, option)
+    if found is None:
         return []                            # Hydra has refused an unknown option already
-    prefix = "" if "@package _global_" in path.read_text() else f"{group}."
-    conf = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    conf, _, is_global = found
+    prefix = "" if is_global else f"{group}."
     keys = [prefix + k for k in flatten({k: v for k, v in conf.items() if k != "defaults"})]
     for g, choice in _preset_choices(group, option).items():
         keys += _choice_keys(g, choice, stored) if g in GROUPS else []

@@ -13,6 +13,7 @@ algorithm class's ``HPARAMS``, each with its default and its interval as the che
 from __future__ import annotations
 
 import functools
+import inspect
 import numbers
 import os
 from dataclasses import dataclass, fields, make_dataclass
@@ -199,6 +200,63 @@ class ErdosRenyi(Topology):
     seed: int = knob(default_of(build_topology, "seed"), Int(0, SEED_MAX))
 
 
+TOPOLOGY_SCHEMAS = {"schema_graph": None, "schema_torus": "torus", "schema_erdos_renyi": "erdos_renyi",
+                    "schema_explicit": "explicit"}     # the written ones: schema name -> the topology it is for
+
+
+def topology_field(name: str, default: Any) -> tuple:
+    """A field for option ``name`` of a topology registered elsewhere: its builder's default, and
+    a check by the default's type (the builder checks the value too)."""
+    if isinstance(default, bool):
+        return name, bool, knob(default, boolean)
+    if isinstance(default, int):
+        return name, int, knob(default, Int())
+    if isinstance(default, float):
+        return name, float, knob(default, Num())
+    return name, Optional[Any], knob(default)
+
+
+@functools.cache
+def topology_schema(name: str) -> type:
+    """The schema of topology ``name`` with options of its own and no written schema: ``name``,
+    ``rounds`` and one field per option (its builder's keyword argument and default)."""
+    builder = TOPOLOGIES[name]
+    params = inspect.signature(builder.fn).parameters
+    cls = make_dataclass(f"Topology_{name}", [("name", str, knob(check=OptionName((name,)))),
+                                              *[topology_field(o, params[o].default) for o in builder.options]],
+                         bases=(Topology,))
+    cls.__module__ = __name__
+    return cls
+
+
+class TopologySchemas(Mapping):
+    """``schema_<kind>`` -> the topology schemas: the written ones, and one made for each topology
+    of the registry with options no written schema covers (read when asked)."""
+
+    def _all(self) -> dict[str, type]:
+        written = {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
+                   "schema_explicit": Explicit}
+        made = {f"schema_{n}": topology_schema(n) for n, b in TOPOLOGIES.items()
+                if b.options and n not in TOPOLOGY_SCHEMAS.values()}
+        return {**written, **made}
+
+    def __getitem__(self, key: str) -> type:
+        return self._all()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+def topology_schema_name(name: str) -> str:
+    """The schema a topology's config names: ``schema_graph`` (no options), a written one, or its own."""
+    if not TOPOLOGIES[name].options:
+        return "schema_graph"
+    return next((k for k, v in TOPOLOGY_SCHEMAS.items() if v == name), f"schema_{name}")
+
+
 @dataclass
 class Explicit(Topology):
     """A user-given W: ``matrix=[[...],[...]]`` or ``file=W.npy|.csv|.txt``."""
@@ -312,8 +370,7 @@ GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
                          "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages,
                          "schema_gaussians": Gaussians}),
     "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP, "schema_custom": Custom}),
-    "topology": ("name", {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
-                          "schema_explicit": Explicit}),
+    "topology": ("name", TopologySchemas()),
     "logger": ("kind", {"schema_jsonl": Jsonl, "schema_wandb": Wandb}),
     "optimizer": ("name", OptimizerSchemas()),
 }

@@ -18,6 +18,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from dadam3.run import presets
 from dadam3.run.config import CONFIG_DIR
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import closest, did_you_mean, schema_field
@@ -45,8 +46,7 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
         parsed = OverridesParser.create().parse_overrides(_overrides_only(argv))
     except HydraException:
         return                                   # not an override Hydra can parse: Hydra says why
-    choices = [o for o in parsed if "." not in o.key_or_group and (CONFIG_DIR / o.key_or_group).is_dir()
-               and not o.key_or_group.startswith("hydra") and o.type != OverrideType.DEL]
+    choices = [o for o in parsed if presets.is_group(o.key_or_group) and o.type != OverrideType.DEL]
     values = [o for o in parsed if o not in choices and o.package is None and o.type != OverrideType.DEL
               and not o.key_or_group.startswith("hydra")]
     if not values:
@@ -149,7 +149,8 @@ def config_error(e: Exception) -> ConfigError:
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         try:
-            return hydra_compose(config_name=config_name, overrides=list(overrides))
+            given = [o for o in overrides if not o.startswith("hydra.searchpath=")]
+            return hydra_compose(config_name=config_name, overrides=[*given, *presets.searchpath_override()])
         except Exception as e:
             raise config_error(e) from None
 
