@@ -40,7 +40,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dadam3.run.config import CONFIG_DIR, run_cli
+from dadam3.run.config import CONFIG_DIR
+from dadam3.run.schema.presets import run_cli
 from dadam3.errors.boundary import exit_on_failure, failure_of
 from dadam3.errors.config import ConfigError, named_as
 from dadam3.errors.files import writing

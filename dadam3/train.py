@@ -36,7 +36,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from dadam3.run.config import CONFIG_DIR, run_cli
+from dadam3.run.config import CONFIG_DIR
+from dadam3.run.schema.presets import run_cli
 from dadam3.distributed import exit_on_peer_failure, shutdown
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.run.trainer import WGANTrainer

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from dadam3.run.config import group_choices
+from dadam3.run.schema.presets import group_choices
 from dadam3.optim import OPTIMIZERS
 from dadam3.run.schema import compose, synthetic_settings, train_settings
 

@@ -46,7 +46,7 @@ class OptimisticRMSprop(OptimisticGossip):
         v = v + a.one_minus_beta2 * (g * g - v)
         return g / (sqrt(v) + a.eps), v
 '''
-HYPERCUBE = '''"""The hypercube on M = 2^d nodes: i ~ j when they differ in one bit; weight (1 - self_weight)/d per edge."""
+HYPERCUBE = '''"""The hypercube on M = 2^d nodes: i ~ j when they differ in one bit, (1 - self_weight)/d each."""
 import numpy as np
 
 from dadam3.errors.config import ConfigError

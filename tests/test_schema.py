@@ -7,7 +7,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dadam3.run.config import CONFIG_DIR, group_choices
+from dadam3.run.config import CONFIG_DIR
+from dadam3.run.schema.presets import group_choices
 from dadam3.errors.config import ConfigError
 from dadam3.optim import OPTIMIZERS, optimizer_spec
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from dadam3.run import presets
-from dadam3.run.config import CONFIG_DIR, group_choices
+from dadam3.run.schema import presets
+from dadam3.run.config import CONFIG_DIR
+from dadam3.run.schema.presets import group_choices
 from dadam3.optim import OPTIMIZERS, optimizer_spec
 
 PINNED = json.loads((Path(__file__).parent / "data" / "optimizer_hparams_by_preset.json").read_text())

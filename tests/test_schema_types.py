@@ -11,12 +11,13 @@ from dataclasses import fields, is_dataclass
 import pytest
 from omegaconf import OmegaConf
 
-from dadam3.run.config import group_choices
+from dadam3.run.schema.presets import group_choices
 from dadam3.errors.config import ConfigError
 from dadam3.optim import optimizer_spec
 from dadam3.run.schema import compose, synthetic_settings, train_settings
 from dadam3.run.schema.fields import Choice, Int, Num, OptionName, boolean, matrix_rows, text
-from dadam3.run.schema.groups import GROUPS, divisor
+from dadam3.run.schema.groups import GROUPS
+from dadam3.run.schema.topologies import divisor
 from dadam3.run.schema.runs import SyntheticConfig, TrainConfig
 from dadam3.train import build_trainer
 

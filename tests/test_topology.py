@@ -117,8 +117,8 @@ def test_non_symmetric_rejected_unless_allowed():
 
 
 def test_bad_names_and_values():
-    with pytest.raises(ConfigError, match=r"^name=no_such_graph: unknown topology \(not in dadam3.topology.TOPOLOGIES\); "
-                                              r"allowed: ring, "):
+    with pytest.raises(ConfigError, match=r"^name=no_such_graph: unknown topology \(not in "
+                                              r"dadam3.topology.TOPOLOGIES\); allowed: ring, "):
         T.build_topology("no_such_graph", 4)
     with pytest.raises(ConfigError, match=r"^nodes=0: must be an integer >= 1"):
         T.build_topology("ring", 0)
@@ -205,7 +205,7 @@ def test_every_registered_topology_has_its_config_and_schema(name):
     """One registry: each name of dadam3.topology.TOPOLOGIES is a config topology=NAME (made from
     the registry: no YAML file), has a schema that allows it (dadam3/run/schema/groups.py reads
     the registry) and composes."""
-    from dadam3.run.config import group_choices
+    from dadam3.run.schema.presets import group_choices
     from dadam3.run.schema import compose
     from dadam3.run.schema.groups import option_schema
     assert name in group_choices("topology")
@@ -215,7 +215,7 @@ def test_every_registered_topology_has_its_config_and_schema(name):
 
 
 def test_every_topology_yaml_names_a_registered_topology():
-    from dadam3.run.config import group_choices
+    from dadam3.run.schema.presets import group_choices
     assert set(group_choices("topology")) == set(T.TOPOLOGIES)
 
 

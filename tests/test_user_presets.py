@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dadam3.errors.config import ConfigError
-from dadam3.run import presets
-from dadam3.run.config import check_group_choices
+from dadam3.run.schema import presets
+from dadam3.run.schema.presets import check_group_choices
 from dadam3.run.schema import compose, train_settings
 from trainer_runs import cli
 

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
 from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
-from dadam3.run import presets
+from dadam3.run.schema import presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import WriteFailed

@@ -19,49 +19,18 @@ from dataclasses import is_dataclass
 from types import MappingProxyType
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import check_tree, schema_field
-from dadam3.optim import OPTIMIZERS
-from dadam3.run.schema.groups import GROUPS, REGISTRIES, option_schema, topology_schema_name
-from dadam3.run.schema.overrides import ROOTS, check_overrides, compose, config_error, merged_overrides
+from dadam3.run.schema.presets import register
+from dadam3.run.schema.groups import GROUPS, REGISTRIES, option_schema
+from dadam3.run.schema.overrides import check_overrides, compose, config_error, merged_overrides
 from dadam3.run.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
-from dadam3.topology import TOPOLOGIES
 
 __all__ = ["TrainConfig", "SyntheticConfig", "LoopSettings", "train_settings",
            "synthetic_settings", "may_change_on_resume", "register", "compose", "check_overrides",
            "config_error", "merged_overrides"]
-
-
-def register() -> None:
-    """Store every schema in Hydra's ConfigStore: ``<entry>_schema`` (the primary
-    configs' first default) and ``<group>/schema_<kind>`` (the group options'; an optimizer's
-    ``optimizer/schema_<name>`` holds its hyper-parameters at its class's defaults: the YAML names
-    the algorithm, the values come from ``HPARAMS`` only)."""
-    cs = ConfigStore.instance()
-    for name, cls in ROOTS.items():
-        cs.store(name=f"{name}_schema", node=cls)
-    cs.store(group="loop", name="schema", node=LoopSettings)
-    for group, (_, options) in GROUPS.items():
-        for name, cls in options.items():
-            cs.store(group=group, name=name, node=cls)
-    register_presets(cs)
-
-
-def register_presets(cs: ConfigStore) -> None:
-    """The registries' options as configs (no YAML file repeats a registry name):
-    ``optimizer/NAME`` (its schema at the class's defaults; a centralized variant selects its
-    topology), ``synthetic_optimizer/NAME`` (the class's ``SYNTHETIC``, where it has one) and
-    ``topology/NAME``. A YAML file of the same name (packaged or the user's) takes precedence."""
-    for name, spec in OPTIMIZERS.items():
-        forced = [{"override /topology@_global_.topology": spec.topology}] if spec.topology else []
-        cs.store(group="optimizer", name=name, node={"defaults": [f"schema_{name}", *forced, "_self_"], "name": name})
-        if spec.synthetic:
-            cs.store(group="synthetic_optimizer", name=name, node=spec.synthetic)
-    for name in TOPOLOGIES:
-        cs.store(group="topology", name=name, node={"defaults": [topology_schema_name(name), "_self_"], "name": name})
 
 
 def train_settings(cfg: DictConfig) -> TrainConfig:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import inspect
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
-from typing import Any, Callable, ClassVar
+from types import MappingProxyType
+from typing import Any, Callable, ClassVar, Mapping
 
 from dadam3.errors.config import ConfigError, check_bool, check_choice, check_int, check_range
 
@@ -167,3 +168,16 @@ def closest(key: str, known) -> str | None:
 def did_you_mean(key: str, known) -> str:
     close = closest(key, known)
     return f"; did you mean {close}?" if close else ""
+
+
+SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
+
+
+class Option(Section):
+    """A group option: ``options`` are its fields beyond :attr:`COMMON` (its builder's own)."""
+
+    COMMON: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return MappingProxyType({f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.COMMON})

@@ -22,7 +22,7 @@ from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import ENGINES, run_synthetic
 from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec
 from dadam3.run.schema.fields import Choice, Int, Num, Section, boolean, default_of, knob, text
-from dadam3.run.schema.groups import SEED_MAX
+from dadam3.run.schema.fields import SEED_MAX
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 THREADS_MAX = 1024
