@@ -22,7 +22,8 @@ LAYERS = (
     ("foundation", ("dadam3", "dadam3.errors", "dadam3.errors.", "dadam3.numba_cache")),
     # the science: never imports dadam3.run (test_the_science_imports_without_the_run_machinery)
     ("gossip", ("dadam3.topology", "dadam3.topologies", "dadam3.topologies.", "dadam3.topology_checks",
-                "dadam3.ordered_mix", "dadam3.ordered_mix_triton", "dadam3.mixing", "dadam3.distributed", "dadam3.distributed.")),
+                "dadam3.ordered_mix", "dadam3.ordered_mix_triton", "dadam3.mixing", "dadam3.distributed",
+                "dadam3.distributed.")),
     ("science", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
                  "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
     # the run machinery (dadam3/run/): files and records below the schema, the training loop
