@@ -6,6 +6,9 @@ Run it on two trees for a before -> after (e.g. ``git worktree add /tmp/before <
 then ``PYTHONPATH=/tmp/before python scripts/arch_metrics.py``). The layer map and the
 parameter counter are this checkout's ``tests/test_layering.py``, applied to that tree.
 
+* ``package_lines``: lines of the ``.py`` files of ``dadam3/`` (as ``wc -l`` counts them);
+  ``run_machinery_lines`` those of ``run/``, ``errors/`` and ``train.py``, and their share
+  (issue 45: the run machinery against the package).
 * ``train_py_lines``: non-blank lines of ``dadam3/train.py``.
 * ``longest_parameter_list``: the most parameters a caller can pass to one function in
   ``dadam3/`` (``test_layering.parameter_count``: ``self``/``cls`` not counted, ``*args`` and
@@ -65,6 +68,15 @@ def layering(root: Path):
     tl.ROOT = root
     tl.MODULES = {tl.module_name(p): p for p in sorted(root.rglob("*.py"))}
     return tl
+
+
+def package_sizes(root: Path) -> dict:
+    """Lines of the package's ``.py`` files, and of the run machinery (``run/``, ``errors/``, ``train.py``)."""
+    def lines(paths):
+        return sum(len(p.read_text().splitlines()) for p in paths)
+    total = lines(root.rglob("*.py"))
+    run = lines([*(root / "run").rglob("*.py"), *(root / "errors").rglob("*.py"), root / "train.py"])
+    return {"package_lines": total, "run_machinery_lines": run, "run_machinery_share": round(run / total, 3)}
 
 
 def static_numbers(root: Path) -> dict:
@@ -194,7 +206,7 @@ def main() -> None:
     a = p.parse_args()
     import dadam3
     root = Path(dadam3.__file__).resolve().parent
-    out = {"package": str(root), **static_numbers(root)}
+    out = {"package": str(root), **package_sizes(root), **static_numbers(root)}
     if a.step:
         out.update(step_files(root))
     if not a.no_returns:

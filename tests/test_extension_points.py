@@ -75,6 +75,7 @@ def tree(tmp_path_factory):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "dadam3", tree / "dadam3", ignore=ignore)
     shutil.copytree(ROOT / "tests", tree / "tests", ignore=ignore)
+    shutil.copytree(ROOT / "scripts", tree / "scripts", ignore=ignore)      # the pinned presets' script
     (tree / "dadam3" / "optim" / "ormsprop.py").write_text(ORMSPROP)
     (tree / "dadam3" / "topologies" / "hypercube.py").write_text(HYPERCUBE)
     return tree
@@ -110,4 +111,5 @@ def test_the_entry_points_run_a_new_optimizer_on_a_new_topology(tree):
                 "iterations=200", f"hydra.run.dir={tree / 'game'}")
     assert r.returncode == 0, r.stderr[-3000:]
     bad = in_tree(tree, "-m", "dadam3.train", "topology=hypercube", "topology.self_weight=0", "nodes=4")
-    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("topology.self_weight=0")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: topology.self_weight=0.0: "
+                                                                                   "must be in (0, 1)")

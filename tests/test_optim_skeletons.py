@@ -114,7 +114,7 @@ def test_no_code_held_in_strings():
 PROBE = """
 import json, sys, torch
 from dadam3.optim import OPTIMIZERS
-from dadam3.optim.engines import flat_passes
+from dadam3.optim.numba_compile import flat_passes
 from dadam3.games.synthetic_kernels import kernel_for
 stats = {}
 for name in sys.argv[1:]:

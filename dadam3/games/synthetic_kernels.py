@@ -5,14 +5,16 @@ loop over iterations (the game's closed-form operator, the metrics, the gossip w
 time-varying operators) is compiled by numba. The optimizer is not spelled again: an
 iteration runs the optimizer class's skeleton rounds (its ``START`` once, then its ``ROUNDS``),
 each the skeleton's ``phase`` (calling the algorithm's ``direction``) over the node buffers
-(:func:`dadam3.optim.engines.element_pass`) followed by its mixing, with the algorithm's
+(:func:`dadam3.optim.numba_compile.element_pass`) followed by its mixing, with the algorithm's
 own ``scalars``: the functions the torch optimizers run. The rounds and the small helpers are
 inlined into the loop (numba's ``inline="always"``), and the only call left, :func:`_record`,
 comes at the ~50 logged iterations: a call between compiled functions passes each array with
 an atomic reference count up and down, which at M = 5 cost more than the math (Dadam3 ~475 ns
 per iteration with a call per round and helper, ~225 without). ``tests/test_games_synthetic.py`` proves the
 loop equal to the torch optimizers step by step (float64) on the same sample stream. The loop
-of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.engines.bind`).
+of each optimizer class is compiled once and cached on disk (:func:`dadam3.optim.numba_compile.compiled`):
+the loop and its rounds are closures over the compiled functions they call (:func:`make_game_loop`,
+:func:`make_round`), so every name they use is defined in the source you read.
 
 Buffers are flat, node-major: ``[theta_0, alpha_0, theta_1, alpha_1, ...]``; ``points`` is the
 parameters (the gradient point) followed by the skeleton's own buffers; ``ops`` = (W [P, M, M],
@@ -32,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from dadam3.numba_cache import njit_cached
-from dadam3.optim.engines import bind, cache_name, jitted, round_pass
+from dadam3.optim.numba_compile import cache_name, compiled, element_pass, jitted, math_digest
 from dadam3.optim.skeletons import StepScalars
 
 log = logging.getLogger(__name__)
@@ -49,8 +51,8 @@ def kernel_for(cls) -> Kernel | None:
     """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math."""
     if cls not in _KERNELS:
         from numba.core.errors import NumbaError
-        kernel = Kernel(bind(game_loop, cache_name("game_loop", cls), START=_chain(cls, cls.START),
-                             STEP=_chain(cls, cls.ROUNDS), SCALARS=jitted(cls.scalars)), cls)
+        loop = make_game_loop(_chain(cls, cls.START), _chain(cls, cls.ROUNDS), jitted(cls.scalars))
+        kernel = Kernel(compiled(loop, cache_name("game_loop", cls), math_digest(cls)), cls)
         try:
             _trial(kernel)
         except NumbaError as e:
@@ -64,12 +66,11 @@ _KERNELS: dict[type, Kernel | None] = {}
 
 
 def _chain(cls, rounds):
-    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work)``: each round's
-    :func:`game_round`, then the next."""
+    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work)``: each round
+    (:func:`make_round`), then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = bind(game_round, "game_round", cache=False, inline="always", ELEMENT_PASS=round_pass(cls, rnd),
-                    INTO=rnd.into, OFFSET=rnd.offset, THEN=then)
+        then = make_round(element_pass(cls, rnd), rnd.into, rnd.offset, then)
     return then
 
 
@@ -87,47 +88,55 @@ def _trial(kernel: Kernel) -> None:
 
 # ---------------------------------------------------------------- the game and the loop
 
-def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
-    """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``START`` first when k0 = 0);
-    ``points`` and the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` =
-    (zstar, acc, log_its, err_out, r_out, hit): ``hit`` = (e*, first iteration k with e_k <= e*, 0.0
-    while none), e_k computed at every iteration until then, exactly as at a logged one
-    (:func:`_error`). Returns (next index into ``log_its``, iterations done);
-    stops early after the first iteration whose point is not finite. Bound by :func:`bind`:
-    ``START`` and ``STEP`` (:func:`_chain`), ``SCALARS`` (the algorithm's ``scalars``)."""
-    p = points[0]
-    c, kk = game
-    acc, log_its, zstar, hit = rec[1], rec[2], rec[0], rec[5]
-    g = np.zeros_like(p)
-    work = np.empty_like(p)
-    t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
-    if k0 == 0:
-        START(0, ops, t, SCALARS(h, 1), g, points, state, work)          # noqa: F821 - bound
-    total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
-    for n in range(is_c.shape[0]):
-        k = k0 + n + 1
-        theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
-        total += sq
-        if hit[1] == 0.0 and _error(theta, alpha, zstar) <= hit[0]:
-            hit[1] = k
-        if li < log_its.shape[0] and log_its[li] == k:
-            _record(theta, alpha, total / k, rec, li)
-            li += 1
-        _operator(p, is_c[n], c, kk, g)
-        STEP(k, ops, t, SCALARS(h, k), g, points, state, work)          # noqa: F821 - bound
-        if not _finite(p):
-            acc[0] = total
-            return li, n + 1
-    acc[0] = total
-    return li, is_c.shape[0]
+def make_game_loop(start, step, scalars):
+    """The game's loop with the rounds of ``start()`` (``start``) and of a step (``step``), both
+    :func:`_chain` s, and the algorithm's ``scalars``."""
+
+    def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
+        """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``start`` first when k0 = 0);
+        ``points`` and the flat ``state`` arrays are updated in place; ``game`` = (c, k); ``rec`` =
+        (zstar, acc, log_its, err_out, r_out, hit): ``hit`` = (e*, first iteration k with e_k <= e*,
+        0.0 while none), e_k computed at every iteration until then, exactly as at a logged one
+        (:func:`_error`). Returns (next index into ``log_its``, iterations done); stops early after
+        the first iteration whose point is not finite."""
+        p = points[0]
+        c, kk = game
+        acc, log_its, zstar, hit = rec[1], rec[2], rec[0], rec[5]
+        g = np.zeros_like(p)
+        work = np.empty_like(p)
+        t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
+        if k0 == 0:
+            start(0, ops, t, scalars(h, 1), g, points, state, work)
+        total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
+        for n in range(is_c.shape[0]):
+            k = k0 + n + 1
+            theta, alpha, sq = _mean_grad_sq(p, (c + 2.0) / 3.0, kk)
+            total += sq
+            if hit[1] == 0.0 and _error(theta, alpha, zstar) <= hit[0]:
+                hit[1] = k
+            if li < log_its.shape[0] and log_its[li] == k:
+                _record(theta, alpha, total / k, rec, li)
+                li += 1
+            _operator(p, is_c[n], c, kk, g)
+            step(k, ops, t, scalars(h, k), g, points, state, work)
+            if not _finite(p):
+                acc[0] = total
+                return li, n + 1
+        acc[0] = total
+        return li, is_c.shape[0]
+    return game_loop
 
 
-def game_round(k, ops, t, a, g, points, state, work):
-    """One round of step k: its phase over the node buffers (``ELEMENT_PASS``), ``points[INTO] <-
-    W_{k+OFFSET}^t work``, then ``THEN`` (bound by :func:`_chain`)."""
-    ELEMENT_PASS(g, t, a, points[0], points[1:], state, work)                         # noqa: F821 - bound
-    _mix(ops, (k + OFFSET - 1) % ops[0].shape[0], work, points[INTO])              # noqa: F821 - bound
-    THEN(k, ops, t, a, g, points, state, work)                                      # noqa: F821 - bound
+def make_round(element_pass, into: int, offset: int, then):
+    """One round of step k, compiled to be inlined: its phase over the node buffers
+    (``element_pass``), ``points[into] <- W_{k+offset}^t work``, then ``then`` (the next round)."""
+
+    @njit(inline="always")
+    def game_round(k, ops, t, a, g, points, state, work):
+        element_pass(g, t, a, points[0], points[1:], state, work)
+        _mix(ops, (k + offset - 1) % ops[0].shape[0], work, points[into])
+        then(k, ops, t, a, g, points, state, work)
+    return game_round
 
 
 @njit(inline="always")

@@ -6,13 +6,13 @@ arithmetic, comparisons and the functions below, as are the skeletons' phases
 (:mod:`dadam3.optim.skeletons`). The same function objects then run
 
 * on whole ``[n, P]`` tensors: eagerly, or compiled into one kernel by ``torch.compile`` (CUDA);
-* on one number at a time inside numba loops (:mod:`dadam3.optim.engines`): the CPU's
+* on one number at a time inside numba loops (:mod:`dadam3.optim.numba_compile`): the CPU's
   numba pass over the flat buffers and the synthetic game's compiled loop
   (:mod:`dadam3.games.synthetic_kernels`),
 
-because :mod:`dadam3.optim.engines` registers a numba implementation of each name here. An
+because :mod:`dadam3.optim.numba_compile` registers a numba implementation of each name here. An
 algorithm that needs another primitive adds it here and its numba twin in
-:func:`dadam3.optim.engines.register_twins`; a helper function of its own (written in this
+:func:`dadam3.optim.numba_compile.register_twins`; a helper function of its own (written in this
 vocabulary) is decorated with :func:`helper`.
 """
 from __future__ import annotations

@@ -23,10 +23,10 @@ So a reader (and a debugger, and go-to-definition) goes from the step's loop
 (:func:`dadam3.optim.base.run_rounds`) to the engine's ``run``, to the skeleton's ``phase`` and
 to the algorithm's ``direction`` by following names. The same ``phase`` and ``direction`` run on
 whole flat ``[n, P]`` tensors (eagerly or compiled by ``torch.compile``), one value at a time
-in numba's pass over the flat buffers (:mod:`dadam3.optim.engines`) and in the synthetic game's
+in numba's pass over the flat buffers (:mod:`dadam3.optim.numba_compile`) and in the synthetic game's
 compiled loop (:mod:`dadam3.games.synthetic_kernels`): numba, which cannot hold a class, gets
 the algorithm's jitted ``direction`` under the same name ``algorithm.direction``
-(:func:`dadam3.optim.engines.algorithm_math`). Adding a skeleton is one module here, nothing else.
+(:func:`dadam3.optim.numba_compile.algorithm_math`). Adding a skeleton is one module here, nothing else.
 """
 from __future__ import annotations
 
