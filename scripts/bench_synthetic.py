@@ -40,7 +40,7 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     game = SyntheticGame()
-    # Section 5.1's values, as python -m dadam3.synthetic runs them (configs/synthetic_optimizer/)
+    # Section 5.1's values, as python -m dadam3.synthetic runs them (the classes' SYNTHETIC)
     hp = {name: dict(synthetic_settings(compose("synthetic", [f"optimizer={name}", f"game.c={game.c}",
                                                               f"game.k={game.k}"])).optimizer.hparams)
           for name in ("dadam3", "dp_oadam")}

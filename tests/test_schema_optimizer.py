@@ -1,5 +1,5 @@
 """One source for every default (issue 27 point 4): the optimizer classes' ``HPARAMS`` are the
-defaults, ``configs/optimizer/*.yaml`` name the algorithm only, and every committed preset
+defaults, ``optimizer=NAME`` is made from the registry (no YAML file), and every committed preset
 resolves to exactly the hyper-parameters it trained with before the defaults moved.
 
 ``data/optimizer_hparams_by_preset.json`` was written from main at commit 72aa843 (before the
