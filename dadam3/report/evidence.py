@@ -35,9 +35,9 @@ def final_fid(run: Run) -> float | None:
     return run.final("fid_mean")
 
 
-def curve_mean(run: Run) -> float | None:
-    """The area under the run's FID (node mean) curve divided by the iterations it spans."""
-    series = run.series("fid_mean")
+def curve_mean(run: Run, key: str = "fid_mean") -> float | None:
+    """The area under the run's ``key`` curve (FID, node mean) divided by the iterations it spans."""
+    series = run.series(key)
     ks = sorted(series)
     if len(ks) < 2:
         return None

@@ -63,10 +63,15 @@ def yaml_file(path: Path, default: Any = None) -> Any:
 
 
 def records(path: Path) -> list[dict]:
-    """The records of a ``metrics.jsonl``: a torn last line is left out (a killed writer), every
-    other line must be a record whose ``iteration`` is an integer >= 0 and whose values are
-    numbers (``null`` too; ``*_nodes``: lists of numbers; the writer's non-finite spellings
-    become floats) but for :data:`TEXT_KEYS`."""
+    """The records of a ``metrics.jsonl`` (:func:`numbered_records` without the line numbers)."""
+    return [r for _, r in numbered_records(path)]
+
+
+def numbered_records(path: Path) -> list[tuple[int, dict]]:
+    """(line number, record) of a ``metrics.jsonl``: a torn last line is left out (a killed
+    writer), every other line must be a record whose ``iteration`` is an integer >= 0 and whose
+    values are numbers (``null`` too; ``*_nodes``: lists of numbers; the writer's non-finite
+    spellings become floats) but for :data:`TEXT_KEYS`."""
     out = []
     lines = text(path).split("\n")
     for n, line in enumerate(lines, 1):
@@ -82,7 +87,7 @@ def records(path: Path) -> list[dict]:
             values = value if key.endswith("_nodes") and isinstance(value, list) else [value]
             if not all(v is None or _number(v) for v in values):
                 raise DataFileError(path, f"{key}={json.dumps(value)[:40]} where a number belongs", n, ADVICE)
-        out.append(record)
+        out.append((n, record))
     return out
 
 

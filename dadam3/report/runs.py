@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dadam3.run.divergence import Breach, run_breach
-from dadam3.report import read
+from dadam3.report import read, validate
 
 UNKNOWN = "unknown"
 DIRTY = "+dirty"                 # dadam3.run.job_log: a commit with uncommitted changes
@@ -50,6 +50,7 @@ class Run:
     provenance: list[dict]
     records: list[dict] = field(repr=False, default_factory=list)
     overrides: list[str] = field(default_factory=list)
+    failure: str | None = None          # a non-finite score (:func:`dadam3.report.validate.failure`)
 
     @property
     def label(self) -> str:
@@ -77,14 +78,18 @@ class Run:
 
     @property
     def status(self) -> str:
-        """``finished`` | ``diverged`` | ``unfinished``."""
+        """``finished`` | ``diverged`` | ``failed`` (a non-finite score) | ``unfinished``."""
         if self.breach is not None:
             return "diverged"
+        if self.failure is not None:
+            return "failed"
         return "finished" if self.records and self.records[-1].get("status") == "finished" else "unfinished"
 
     def status_text(self) -> str:
         if self.status == "diverged":
             return f"diverged at iteration {self.breach.iteration} ({self.breach.message})"
+        if self.status == "failed":
+            return f"failed: {self.failure}"
         if self.status == "unfinished":
             of = f" of {self.target}" if self.target else ""
             return f"unfinished (last iteration {self.last_iteration}{of})"
@@ -129,14 +134,55 @@ def commit_text(segment: dict) -> str:
     return text
 
 
-def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
-    """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``."""
+class Snapshot:
+    """What one build read: each run directory's files read once (one consistent snapshot of a run
+    still writing), validated once (:mod:`dadam3.report.validate`), run identity unique."""
+
+    def __init__(self):
+        self.files: dict[Path, tuple] = {}
+        self.identity = validate.Identity()
+
+    def read(self, directory: Path) -> tuple:
+        key = directory.resolve()
+        if key not in self.files:
+            self.files[key] = _read_run(directory)
+            run_id = (directory / "run_id").read_text(encoding="utf-8").strip() \
+                if (directory / "run_id").is_file() else None
+            self.identity.add(key, run_id)
+        return self.files[key]
+
+
+SNAPSHOT = Snapshot()
+
+
+def new_snapshot() -> None:
+    """Start a build: forget what an earlier build read."""
+    global SNAPSHOT
+    SNAPSHOT = Snapshot()
+
+
+def _read_run(directory: Path) -> tuple:
     prov_path = directory / "provenance.json"
     provenance = read.json_file(prov_path, list, [])
-    config = _yaml(directory / "config_resolved.yaml") or _yaml(directory / ".hydra" / "config.yaml")
+    validate.check_provenance(prov_path, provenance)
+    cfg_path = directory / "config_resolved.yaml"
+    config = _yaml(cfg_path)
+    if not config:
+        cfg_path = directory / ".hydra" / "config.yaml"
+        config = _yaml(cfg_path)
+    validate.check_folder(directory, config, cfg_path)
     overrides = read.yaml_file(directory / ".hydra" / "overrides.yaml", [])
-    return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance,
-               read_jsonl(directory / "metrics.jsonl"), list(overrides) if isinstance(overrides, list) else [])
+    numbered = read.numbered_records(directory / "metrics.jsonl")
+    validate.check_records(directory / "metrics.jsonl", numbered)
+    return (config, provenance, [r for _, r in numbered], list(overrides) if isinstance(overrides, list) else [],
+            validate.failure(numbered))
+
+
+def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
+    """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``,
+    read once per build and validated (:class:`Snapshot`)."""
+    config, provenance, records, overrides, failed = SNAPSHOT.read(directory)
+    return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance, records, overrides, failed)
 
 
 def sample_grid(root: Path, run: Run) -> str | None:

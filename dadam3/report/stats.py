@@ -51,8 +51,8 @@ class Cell:
 
     @property
     def eligible(self) -> bool:
-        """A candidate for the best step size: no seed diverged and one finished with a FID."""
-        return not self.of("diverged") and bool(self.values("fid_mean"))
+        """A candidate for the best step size: no seed diverged or failed, and one finished with a FID."""
+        return not self.of("diverged") and not self.of("failed") and bool(self.values("fid_mean"))
 
 
 def fmt(stat: tuple[float, float | None, int] | None, key: str, with_n: bool = True) -> str:
