@@ -1,4 +1,5 @@
-"""``python -m dadam3.report [--results DIR]``: rebuild ``DIR/REPORT.md`` (default ``results``).
+"""``python -m dadam3.report [--results DIR] [--plans DIR]``: rebuild ``DIR/REPORT.md`` (default
+``results``) and print the runs the analysis plans still need (``to run (family): …``).
 
 A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
 environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
+from dadam3.report.plan import PLAN_DIR
 from dadam3.run.signals import exit_on_signals
 
 
@@ -19,18 +21,22 @@ def main(argv=None) -> None:
 
     p = argparse.ArgumentParser(prog="python -m dadam3.report", description=__doc__)
     p.add_argument("--results", type=Path, default=Path("results"), help="the results folder (default: results)")
+    p.add_argument("--plans", type=Path, default=PLAN_DIR,
+                   help="the folder of the analysis plans (default: the checkout's docs/analysis_plan)")
     a = p.parse_args(argv)
     if not a.results.is_dir():
         print(f"error: --results={a.results}: not a directory (expected the results folder with the run "
               "directories)", file=sys.stderr)
         sys.exit(2)
     try:
-        removed = write(a.results)
+        removed, queue = write(a.results, a.plans)
     except ConfigError as e:         # no runs there, or a REPORT.md the report did not write: nothing written
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     for path in removed:
         print(f"removed stale {path}")
+    for line in queue:
+        print(line)
     print(f"wrote {a.results / 'REPORT.md'}")
     from dadam3.report.runs import shown_grids
 

@@ -12,8 +12,13 @@ from dadam3.report import sections_paper as paper
 from dadam3.run.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
 from dadam3.report.common import anchor, runs_table
 from dadam3.report.glance import glance
-from dadam3.report.evidence import FRESH, FRESH_MIN, SELECTION, THRESHOLDS
-from dadam3.report.stats import RULE, seed_text
+from dadam3.report import families as fam
+from dadam3.report import plan as plans
+from dadam3.report import runs as run_files
+from dadam3.report import sections_plan as sp
+from dadam3.report.evidence import THRESHOLDS
+from dadam3.report.multiplicity import WORDING
+from dadam3.report.stats import RULE
 from dadam3.report.output import Output
 from dadam3.report.runs import load_run, method_runs
 
@@ -36,10 +41,17 @@ with `+dirty` (and whether the run saved its `code.diff`), never as the clean co
 Fashion-MNIST classifier (see the last section for their scale); the paper's figures use the inception score.
 Hand-measured speed: [docs/benchmarks.md](../docs/benchmarks.md).
 
-Verdicts. {rule} Each method's step size is chosen on seeds {selection} only; the claims are judged on fresh
-seeds {fresh} at the chosen step sizes, once at least {fresh_min} have finished on both sides; "more quickly"
-is judged on the mean FID over the run (the area under the FID curve divided by the iterations), with the first
-iteration below FID {thresholds} beside it ([docs/experiments.md](../docs/experiments.md#verdicts)).
+Verdicts (round 3). {wording} Every plan in `docs/analysis_plan/` fixes its claims, grids, selection and fresh
+seeds, margins and correction before its runs: a verdict whose runs started before the plan's last commit (or
+without a start time, or when git cannot date the plan) is marked *post hoc*. Every run of a family (selection,
+neighbours, fresh seeds) must come from one clean code commit and each seed's runs from one machine class (the
+CPU model in `provenance.json`); otherwise the claim is *not judged (mixed environments: …)*, never given a
+verdict. When the fresh seeds of a claim span two or more machine classes, the paired mean on each class's seeds
+alone is shown beside it, with whether its sign differs from the whole's. Every verdict is computed again with the
+second scorer (an MLP on Fashion-MNIST, keys `*_fmnist_mlp`) at the cells the first chose, and a verdict that
+differs says so. Round 2 is history: {rule} "More quickly" is judged on the mean FID over the run (the area under
+the FID curve divided by the iterations), with the first iteration below FID {thresholds} beside it (round 2)
+([docs/experiments.md](../docs/experiments.md#verdicts)).
 """
 
 
@@ -65,15 +77,23 @@ def synthetic_runs(root: Path) -> list[str]:
             "| --- | --- | --- |", *rows, ""]
 
 
-def build(root: Path) -> tuple[str, Output]:
-    """The report's text; its figures are written on the way (``Output.written``), once
-    :meth:`Output.check` has found runs and no ``REPORT.md`` of another's."""
+def build(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[str, Output, list[str]]:
+    """The report's text, its output and the runs still to make (:func:`sections_plan.queue`); its
+    figures are written on the way (``Output.written``), once :meth:`Output.check` has found runs
+    and no ``REPORT.md`` of another's. Every run file is read once (:class:`runs.Snapshot`)."""
     out = Output(root)
     out.check()
-    body = glance(root) + paper.fig1(root, out) + paper.image_figures(root, out)
-    body += fm.comparison(root, out, "fig2", "Fashion-MNIST: Fig. 2 in miniature (one node)",
+    with run_files.one_snapshot():
+        return _build(root, out, plan_dir)
+
+
+def _build(root: Path, out: Output, plan_dir: Path) -> tuple[str, Output, list[str]]:
+    families = [fam.build(root, p) for p in plans.load_all(plan_dir)]
+    body = glance(root, families) + [line for f in families for line in sp.section(f)]
+    body += paper.fig1(root, out) + paper.image_figures(root, out)
+    body += fm.comparison(root, out, "fig2", "Round 2 (history): Fig. 2 in miniature (one node)",
                           "Paper: " + paper.claims.FIG2 + MINIATURE, paper.claims.CLAIMS_FIG2)
-    body += fm.comparison(root, out, "fig3", "Fashion-MNIST: Fig. 3 in miniature (M = 5)",
+    body += fm.comparison(root, out, "fig3", "Round 2 (history): Fig. 3 in miniature (M = 5)",
                           "Paper: " + paper.claims.FIG3 + MINIATURE, paper.claims.CLAIMS_FIG3)
     body += fm.step_sizes(root, out)
     for folder in fm.variant_folders(root):
@@ -85,17 +105,19 @@ def build(root: Path) -> tuple[str, Output]:
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += gossip.section(root, out)
     body += heterogeneous.section(root, out)
-    body += ["## Every run", ""] + runs_table(all_runs(root)) + synthetic_runs(root)
+    every = all_runs(root) + [r for f in families for r in f.runs]
+    body += sp.spearman(every)
+    body += ["## Every run", ""] + runs_table(every) + synthetic_runs(root)
     titles = [line[3:] for line in body if line.startswith("## ")]
     toc = ["Contents: " + " · ".join(f"[{t}](#{anchor(t)})" for t in titles), ""]
-    header = HEADER.format(bound=DIVERGE_ABOVE, count=FROZEN_RECORDS, rule=RULE, selection=seed_text(SELECTION),
-                           fresh=seed_text(FRESH), fresh_min=FRESH_MIN,
+    header = HEADER.format(bound=DIVERGE_ABOVE, count=FROZEN_RECORDS, rule=RULE, wording=WORDING,
                            thresholds=" / ".join(f"{t:g}" for t in THRESHOLDS))
-    return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out
+    return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out, sp.queue(families)
 
 
-def write(root: Path) -> list[Path]:
+def write(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[list[Path], list[str]]:
     """Write ``REPORT.md`` and its figures; remove what the previous report wrote and this one did
-    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed."""
-    text, out = build(root)
-    return out.finish(text)
+    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed and the
+    runs still to make."""
+    text, out, queue = build(root, plan_dir)
+    return out.finish(text), queue

@@ -1,11 +1,14 @@
-"""The claims at a glance, the table that opens the report: each claim of the paper → our verdict
-→ the effect with its interval and n → the evidence behind it. Every row comes from the same
-functions as the sections below (:mod:`dadam3.report.evidence`, :func:`sections_paper.fig1_verdict`)."""
+"""The claims at a glance, the table that opens the report: the round-3 plans' claims (each →
+verdict, Holm decision, effect with its interval, k of n, second scorer, machine classes, post hoc
+mark, code), then round 2's readings as history. Every row comes from the same functions as the
+sections below (:mod:`dadam3.report.families`, :mod:`dadam3.report.evidence`,
+:func:`sections_paper.fig1_verdict`)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from dadam3.report import claims
+from dadam3.report import sections_plan as sp
 from dadam3.report import sections_fmnist as fm
 from dadam3.report.common import anchor
 from dadam3.report.evidence import Judged, evidence_text, select
@@ -49,28 +52,39 @@ def _variant_rows(root: Path) -> list[str]:
                 rows.append(f"| {link} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
     if not rows:
         return []
-    return ["The same claims in the variants of the step-size sweep (other iteration counts or stabilisers, "
-            "listed in each variant's section), each method at its own step size there:", "",
-            "| variant | tested as | verdict | effect | evidence (data, scale, step sizes, seeds, code) |",
+    return ["Round 2's variants of the step-size sweep (other iteration counts or stabilisers, listed in each "
+            "variant's section), each method at its own step size there (history, post hoc):", "",
+            "| variant | tested as | round-2 reading (post hoc) | effect | evidence (data, scale, step sizes, seeds, "
+            "code) |",
             "| --- | --- | --- | --- | --- |"] + rows + [""]
 
 
-def glance(root: Path) -> list[str]:
+def glance(root: Path, families: list | None = None) -> list[str]:
+    """The round-3 plan families' rows first (:mod:`dadam3.report.sections_plan`), Fig. 1's, then
+    round 2's readings under their own history heading, outside every verdict."""
     lines = ["## Claims at a glance", "",
-             "Each claim at each method's own step size (chosen on the selection seeds), judged on fresh seeds by "
-             "the rule in the conventions above; \"not resolved (awaiting fresh seeds)\" shows the selection seeds' "
-             "numbers, which are not a verdict. Effect: the paired difference a − b (lower FID is better, so "
-             "negative favours the first method), mean [95 % t interval], n and seeds.", "",
-             "| paper's claim | tested as | verdict | effect | evidence (data, scale, step sizes, seeds, code) |",
-             "| --- | --- | --- | --- | --- |"]
+             "Round 3: each claim family of a plan in `docs/analysis_plan/`, judged by the plan on its fresh seeds "
+             "at the cells its search chose (wording and correction: the conventions above). Effect: the paired "
+             "difference a − b (lower FID is better, so negative favours the first), mean [95 % t interval], n and "
+             "seeds. A row whose runs mix code commits, or a seed whose runs mix machine classes, is not judged.", ""]
+    lines += sp.GLANCE_HEAD + sp.glance_rows(families or []) + [""]
     f1 = fig1_verdict(root)
     if f1 is not None:
-        lines.append(f"| Fig. 1: Dadam3 finds the FNE point, DP-OAdam diverges | {claims.FIG1_RULE} | {f1[0]} | "
-                     f"{f1[1]} | {f1[2]} |")
+        lines += ["Outside the round-3 plans (a closed-form game, one run per method):", "",
+                  "| paper's claim | tested as | verdict | effect | evidence |", "| --- | --- | --- | --- | --- |",
+                  f"| Fig. 1: Dadam3 finds the FNE point, DP-OAdam diverges | {claims.FIG1_RULE} | {f1[0]} | "
+                  f"{f1[1]} | {f1[2]} |", ""]
     rows = _rows(root, "fig2", claims.CLAIMS_FIG2) + _rows(root, "fig3", claims.CLAIMS_FIG3)
+    history = []
     order = list(PAPER)
     for paper, j in sorted(rows, key=lambda r: order.index(next(k for k, v in PAPER.items() if v == r[0]))):
-        lines.append(f"| {paper} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
-    return lines + [""] + _variant_rows(root) + [
+        history.append(f"| {paper} | {_tested_as(j)} | {j.verdict} | {j.effect} | {evidence_text(j)} |")
+    variants = _variant_rows(root)
+    if history or variants:
+        lines += ["### Round 2 (history: post hoc readings, not verdicts)", ""] + sp.history_note()
+    if history:
+        lines += ["| paper's claim | tested as | round-2 reading (post hoc) | effect | evidence (data, scale, step "
+                  "sizes, seeds, code) |", "| --- | --- | --- | --- | --- |"] + history + [""]
+    return lines + variants + [
         "Not tested here: the paper's image data sets at its scale (Figs. 2–4 sections below). Fashion-MNIST rows "
         "are CPU-scale miniatures.", ""]

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import statistics
 import warnings
+from typing import TYPE_CHECKING
 
 from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
-from dadam3.report.stats import Paired
+if TYPE_CHECKING:
+    from dadam3.report.stats import Paired
 
 REPRODUCED, NOT_REPRODUCED, CONTRADICTED = "reproduced", "not reproduced", "contradicted"
 WORDING = ("A claim of the paper reads *reproduced* when the 95 % t interval of the per-seed paired differences "

@@ -70,7 +70,7 @@ def records(path: Path) -> list[dict]:
 def numbered_records(path: Path) -> list[tuple[int, dict]]:
     """(line number, record) of a ``metrics.jsonl``: a torn last line is left out (a killed
     writer), every other line must be a record whose ``iteration`` is an integer >= 0 and whose
-    values are numbers (``null`` too; ``*_nodes``: lists of numbers; the writer's non-finite
+    values are numbers (``null`` too; ``*_nodes`` (``*_nodes_<scorer>``): lists of numbers; the writer's non-finite
     spellings become floats) but for :data:`TEXT_KEYS`."""
     out = []
     lines = text(path).split("\n")
@@ -84,7 +84,7 @@ def numbered_records(path: Path) -> list[tuple[int, dict]]:
             if key in TEXT_KEYS or key == "iteration":
                 continue
             value = record[key] = _finite_or_spelled(value)
-            values = value if key.endswith("_nodes") and isinstance(value, list) else [value]
+            values = value if ("_nodes" in key) and isinstance(value, list) else [value]
             if not all(v is None or _number(v) for v in values):
                 raise DataFileError(path, f"{key}={json.dumps(value)[:40]} where a number belongs", n, ADVICE)
         out.append((n, record))

@@ -83,7 +83,7 @@ def comparison(root: Path, out: Output, name: str, title: str, claim: str, claim
     if judged:
         lines += ["At the preset's one step size, fixed in advance (no selection), every seed both methods ran; "
                   "the rule is stated in the conventions at the top.", ""] + judged_table(judged)
-        lines += ["**Verdict** (final FID): " + "; ".join(f"{j.name}: {j.verdict}" for j in judged
+        lines += ["**Round-2 reading** (post hoc, final FID): " + "; ".join(f"{j.name}: {j.verdict}" for j in judged
                                                         if j.measure == "final") + ".", ""]
     return lines
 
@@ -183,7 +183,7 @@ def variant_folders(root: Path) -> list[str]:
 
 def step_sizes_title(variant: str = "") -> str:
     """The heading of the main sweep's section (``variant`` empty) or of a variant's."""
-    return f"Fashion-MNIST: every method at its own step size{', variant ' + variant if variant else ''}"
+    return f"Round 2 (history): every method at its own step size{', variant ' + variant if variant else ''}"
 
 
 def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
@@ -239,7 +239,7 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
         lines += ["Speed on the curves, at the chosen step sizes:", ""] + thresholds_table(chosen, mine)
         lines += threshold_lines(judged)
         at_preset = fixed_claims(preset, claim_list)
-        lines += ["**Verdict** (final FID): at the chosen step sizes: "
+        lines += ["**Round-2 reading** (post hoc, final FID): at the chosen step sizes: "
                   + ("; ".join(f"{j.name}: {j.verdict}" for j in judged if j.measure == "final") or "no claim")
                   + "; at the presets' shared step size (legacy runs left out): "
                   + ("; ".join(f"{j.name}: {j.verdict}" for j in at_preset if j.measure == "final") or "no claim")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
 
+from dadam3.report.multiplicity import CONTRADICTED, NOT_REPRODUCED, REPRODUCED, words
 from dadam3.report.runs import LABEL, Run
 
 ORDER = ("adam3", "oadagrad", "dadam3", "cadam3", "dosg", "cosg", "dp_oadam")
@@ -90,16 +91,14 @@ def best_cells(cells: list[Cell], key: str = "fid_mean") -> dict[str, Cell]:
     return best
 
 
-MARGIN = 10.0               # FID: "equal" only when the whole interval lies within ± this
+MARGIN = 10.0               # FID: round 2's "equal" margin, set after its selection seeds were scored
 LEVEL = 0.95
-HOLDS, REVERSE, UNRESOLVED = "holds", "does not hold", "not resolved"
-RULE = (f"A claim is judged on the per-seed paired differences a − b (same seed = same initialisation and data "
-        f"stream; lower is better): their mean and a {LEVEL:.0%} t interval (scipy.stats.ttest_rel; at n = 3–5 "
-        "seeds a bootstrap over seeds has too few distinct resamples to cover, and the t interval needs no random "
-        f"numbers). \"A ≫ B\" *{HOLDS}* when the interval lies below 0, *{REVERSE}* when it lies above 0 (the "
-        f"reverse), and is *{UNRESOLVED}* when it contains 0. \"A ≈ B\" holds only when the whole interval lies "
-        f"within ±{MARGIN:g} FID (a margin stated before any run was scored), does not hold when the interval "
-        f"excludes 0 and leaves that margin, and is not resolved otherwise.")
+HOLDS, REVERSE, UNRESOLVED = REPRODUCED, CONTRADICTED, NOT_REPRODUCED     # multiplicity.WORDING's words
+RULE = (f"its readings use the same words on the per-seed paired differences a − b (same seed = "
+        f"same initialisation and data stream; lower is better): their mean and a {LEVEL:.0%} t interval "
+        "(scipy.stats.ttest_rel). \"A ≫ B\" is *reproduced* when the interval lies below 0, *contradicted* when it "
+        f"lies above 0, *not reproduced* when it contains 0; \"A ≈ B\" is reproduced only inside ±{MARGIN:g} FID, a "
+        "margin set after round 2's selection seeds were scored, so every round-2 reading is post hoc.")
 
 
 @dataclass(frozen=True)
@@ -149,12 +148,7 @@ def verdict(relation: str, p: Paired | None, a: str = "A", b: str = "B") -> str:
     """The rule (:data:`RULE`) for "a ≫ b" or "a ≈ b" on the paired differences ``p``."""
     if p is None:
         return f"{UNRESOLVED} (fewer than 2 paired seeds)"
-    if relation == "≫":
-        if p.high < 0:
-            return HOLDS
-        return f"{REVERSE} (the reverse: {b} better)" if p.low > 0 else UNRESOLVED
-    if -MARGIN <= p.low and p.high <= MARGIN:
-        return f"{HOLDS} (equal within ±{MARGIN:g} FID)"
-    if p.low > 0 or p.high < 0:
-        return f"{REVERSE} ({a if p.high < 0 else b} better)"
-    return UNRESOLVED
+    said = words(relation, p, MARGIN)
+    if said == REVERSE:
+        return f"{REVERSE} ({b if relation == '≫' or p.low > 0 else a} better)"
+    return f"{HOLDS} (equal within ±{MARGIN:g} FID)" if said == HOLDS and relation == "≈" else said

@@ -1,0 +1,322 @@
+"""A plan's claim family from its runs (:mod:`dadam3.report.plan`): the step-size search and its
+choice (bracketed, or flat between two cells and then judged at both), the runs still to make,
+the environment rules (one clean commit; each seed on one machine class), the post hoc label, and
+each claim judged under both scorers with Holm over the family (:mod:`dadam3.report.multiplicity`).
+
+A *unit* is what a claim names: a method at a step size (fig2/fig3: ``method@lr``) or an arm of a
+plan without search (heterogeneous). Statuses: a run is *done* when finished, diverged or failed;
+a diverged or failed selection seed rules its cell out; a fresh seed that is not finished on both
+sides is named beside the claim and left out of its interval.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dadam3.report import multiplicity as mt
+from dadam3.report.evidence import curve_mean
+from dadam3.report.plan import Claim, Plan, parse_time
+from dadam3.report.runs import LABEL, UNKNOWN, Run, method_runs, seed_dirs, load_run
+from dadam3.report.stats import Paired, paired
+
+PRIMARY, SECOND = "fid_mean", "fid_mean_fmnist_mlp"
+DONE = ("finished", "diverged", "failed")
+
+
+def lr_folder(lr: float) -> str:
+    """A step size spelled as its folder: 8e-4, 1.6e-3, 2.56e-2."""
+    mantissa, exponent = f"{lr:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def seeds_text(seeds) -> str:
+    """Seeds for the queue, ASCII: ``0-2`` for consecutive ones, else ``0,2,5``."""
+    s = sorted(seeds)
+    return f"{s[0]}-{s[-1]}" if len(s) > 2 and s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
+
+
+def measure(run: Run, name: str, key: str) -> float | None:
+    """The claim's measure of ``run``: final ``key``, or its mean over the run (``speed``)."""
+    return run.final(key) if name == "final" else curve_mean(run, key)
+
+
+@dataclass
+class Selection:
+    """A method's search: the cells it tried, what is missing, the choice and its bracket."""
+    method: str
+    tried: list[float]
+    missing: list[tuple[float, list[int], list[int]]] = field(default_factory=list)   # lr, to run, unfinished
+    chosen: float | None = None
+    judged_at: list[float] = field(default_factory=list)
+    bracket: str = ""
+
+
+@dataclass
+class Outcome:
+    paired: Paired
+    verdict: str
+    wins: int
+    p: float
+
+
+@dataclass
+class Row:
+    """One claim at one pair of units."""
+    claim: Claim
+    units: tuple[str, str]
+    state: str                         # "judged" or why not
+    primary: Outcome | None = None
+    second: Outcome | None = None
+    left_out: list[str] = field(default_factory=list)
+    classes: dict = field(default_factory=dict)          # device model -> fresh seeds
+    by_class: str = ""
+    post_hoc: str = ""
+    commits: str = ""
+    holm: str = ""
+    holm_p: float | None = None
+
+
+@dataclass
+class Family:
+    plan: Plan
+    runs: list[Run]
+    units: dict                        # unit -> {seed: Run}
+    selections: dict[str, Selection]
+    queue: list[str]
+    environment: str
+    rows: list[Row]
+    excluded: list[str]
+
+
+def unit_name(method: str, lr: float) -> str:
+    return f"{method}@{lr_folder(lr)}"
+
+
+def unit_label(plan: Plan, unit: str) -> str:
+    if unit in plan.arms or "@" not in unit:
+        return LABEL.get(unit, unit)
+    method, lr = unit.split("@")
+    return f"{LABEL.get(method, method)} @ {lr}"
+
+
+def _load(root: Path, plan: Plan) -> tuple[dict, list[str]]:
+    """unit -> {seed: Run} under the plan's folder, and the runs outside its grid (excluded)."""
+    folder, units, excluded = plan.folder(root), {}, []
+    if plan.arms:
+        for name, (data, setting, method, lr) in plan.arms.items():
+            d = folder / data / setting / f"lr{lr_folder(lr)}" / method
+            units[name] = {s: load_run(root, p, method, s) for s, p in seed_dirs(d)} if d.is_dir() else {}
+        return units, excluded
+    for lr_dir in sorted(folder.glob("lr*")) if folder.is_dir() else []:
+        for run in method_runs(root, lr_dir):
+            grid = plan.methods.get(run.method, ((), None))[0]
+            if run.lr is None or not any(abs(run.lr - g) <= 1e-9 * g for g in grid):
+                excluded.append(f"`{run.rel}`: outside the plan's methods and grids")
+                continue
+            units.setdefault(unit_name(run.method, next(g for g in grid if abs(run.lr - g) <= 1e-9 * g)),
+                             {})[run.seed] = run
+    return units, excluded
+
+
+def _mean_final(cell: dict, seeds) -> float:
+    return statistics.fmean(cell[s].final(PRIMARY) for s in seeds)
+
+
+def search(plan: Plan, method: str, units: dict) -> Selection:
+    """The plan's search rule for ``method`` and its choice (lowest mean final FID over the
+    selection seeds among tried cells where no selection seed diverged or failed)."""
+    grid, start = plan.methods[method]
+    seeds = plan.selection_seeds
+    i0 = grid.index(start)
+    tried = set(range(max(0, i0 - 1), min(len(grid), i0 + 2)))
+    while True:
+        sel = Selection(method, [grid[i] for i in sorted(tried)])
+        for i in sorted(tried):
+            cell = units.get(unit_name(method, grid[i]), {})
+            absent = [s for s in seeds if s not in cell]
+            running = [s for s in seeds if s in cell and cell[s].status not in DONE]
+            if absent or running:
+                sel.missing.append((grid[i], absent, running))
+        if sel.missing:
+            return sel
+        cells = {i: units[unit_name(method, grid[i])] for i in tried}
+        ok = [i for i, c in cells.items() if all(c[s].status == "finished" and c[s].final(PRIMARY) is not None
+                                                 for s in seeds)]
+        if not ok:
+            sel.bracket = "no cell chosen: every tried cell has a diverged or failed selection seed"
+            return sel
+        best = min(ok, key=lambda i: (_mean_final(cells[i], seeds), grid[i]))
+        lo, hi = min(tried), max(tried)
+        if best == lo and lo > 0:
+            tried.add(lo - 1)
+        elif best == hi and hi < len(grid) - 1:
+            tried.add(hi + 1)
+        else:
+            break
+    sel.chosen, sel.judged_at = grid[best], [grid[best]]
+    sides = []
+    for side, j in (("below", best - 1), ("above", best + 1)):
+        if j < 0 or j >= len(grid):
+            sides.append(f"{side}: the grid's edge")
+            continue
+        nb, ch = cells[j], cells[best]
+        if j not in ok:
+            sides.append(f"{side}: {lr_folder(grid[j])} diverged or failed on a selection seed")
+            continue
+        gap = statistics.fmean(nb[s].final(PRIMARY) - ch[s].final(PRIMARY) for s in seeds)
+        if gap >= plan.bracket_margin:
+            sides.append(f"{side}: {lr_folder(grid[j])} worse by {gap:+.1f}")
+        else:
+            sides.append(f"{side}: flat between {lr_folder(grid[best])} and {lr_folder(grid[j])} "
+                         f"({gap:+.1f} < {plan.bracket_margin:g})")
+            sel.judged_at.append(grid[j])
+    flat = len(sel.judged_at) > 1
+    sel.bracket = ("flat: judged at " + " and ".join(map(lr_folder, sel.judged_at)) if flat else "bracketed") + \
+        " (" + "; ".join(sides) + ")"
+    return sel
+
+
+def _commit(run: Run) -> str:
+    return ", ".join(sorted({str(s.get("code_commit", UNKNOWN)) for s in run.provenance})) or UNKNOWN
+
+
+def _commits(runs: list[Run]) -> str:
+    return ", ".join(sorted({_commit(r)[:12] + ("+dirty" if _commit(r).endswith("+dirty") else "")
+                             for r in runs})) or "–"
+
+
+def _class(run: Run) -> str:
+    return run.provenance_field("device_model")
+
+
+def environment(runs: list[tuple[str, Run]]) -> str:
+    """"" when every run is from one clean commit and each seed on one machine class; else what mixes."""
+    problems = []
+    commits: dict[str, int] = {}
+    for _, r in runs:
+        commits[_commit(r)] = commits.get(_commit(r), 0) + 1
+    if len(commits) > 1 or any(c.endswith("+dirty") or c == UNKNOWN or "," in c for c in commits):
+        problems.append("commits " + ", ".join(f"{c[:12]}{'+dirty' if c.endswith('+dirty') else ''} ({n} runs)"
+                                               for c, n in sorted(commits.items())))
+    by_seed: dict = {}
+    for unit, r in runs:
+        by_seed.setdefault(r.seed, {}).setdefault(_class(r), []).append(unit)
+    for seed, classes in sorted(by_seed.items(), key=lambda kv: str(kv[0])):
+        if len(classes) > 1:
+            problems.append(f"seed {seed} on " + ", ".join(f"{c} ({', '.join(sorted(set(u)))})"
+                                                           for c, u in sorted(classes.items())))
+    return "; ".join(problems)
+
+
+def post_hoc(plan: Plan, runs: list[Run]) -> str:
+    """"" when every run started after the plan's last commit; else why the verdict is post hoc."""
+    if plan.committed is None:
+        return "post hoc (plan time unknown)"
+    starts = [parse_time(r.provenance[0].get("started")) if r.provenance else None for r in runs]
+    unknown = sum(t is None for t in starts)
+    early = sum(t is not None and t < plan.committed for t in starts)
+    if not unknown and not early:
+        return ""
+    parts = [f"{early} of {len(runs)} runs started before the plan's last commit ({plan.time_text})"] * bool(early)
+    parts += [f"{unknown} of {len(runs)} runs without a start time"] * bool(unknown)
+    return "post hoc (" + "; ".join(parts) + ")"
+
+
+def _outcome(claim: Claim, plan: Plan, ra: dict, rb: dict, seeds, key: str) -> Outcome | None:
+    va = {s: v for s in seeds if (v := measure(ra[s], claim.measure, key)) is not None}
+    vb = {s: v for s in seeds if (v := measure(rb[s], claim.measure, key)) is not None}
+    p = paired(va, vb)
+    if p is None or p.n < plan.fresh_min:
+        return None
+    return Outcome(p, mt.words(claim.rel, p, plan.margin), mt.wins(claim.rel, p.diffs, plan.margin),
+                   mt.p_value(claim.rel, p.diffs, plan.margin))
+
+
+def by_class(claim: Claim, plan: Plan, out: Outcome, classes: dict) -> str:
+    """With fresh seeds on two or more machine classes: the effect on each class's seeds and
+    whether its sign differs from the whole's."""
+    if len(classes) < 2:
+        return ""
+    diffs = dict(zip(out.paired.seeds, out.paired.diffs))
+    parts, flips = [], []
+    for cls, seeds in sorted(classes.items()):
+        d = [diffs[s] for s in seeds if s in diffs]
+        if not d:
+            continue
+        mean = statistics.fmean(d)
+        parts.append(f"{cls}: {mean:+.1f} (n = {len(d)})")
+        if (mean < 0) != (out.paired.mean < 0):
+            flips.append(cls)
+    return "; ".join(parts) + (f"; the direction changes on {', '.join(flips)}" if flips
+                               else "; the direction is the same on every class")
+
+
+def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str, extra: list[Run]) -> Row:
+    row = Row(claim, (ua, ub), "judged")
+    ra, rb = units.get(ua, {}), units.get(ub, {})
+    fresh = [s for s in plan.fresh_seeds if s in ra and s in rb]
+    both = [s for s in fresh if ra[s].status == "finished" and rb[s].status == "finished"]
+    row.left_out = [f"seed {s}: {unit_label(plan, u)} {r[s].status_text()}" for s in fresh if s not in both
+                    for u, r in ((ua, ra), (ub, rb)) if r[s].status != "finished"]
+    used = [r[s] for s in both for r in (ra, rb)]
+    for s in both:
+        row.classes.setdefault(_class(ra[s]), []).append(s)
+    row.post_hoc = post_hoc(plan, used + extra)
+    row.commits = _commits(used + extra)
+    if env:
+        row.state = f"not judged (mixed environments: {env})"
+        return row
+    row.primary = _outcome(claim, plan, ra, rb, both, PRIMARY)
+    if row.primary is None:
+        row.state = f"awaiting runs ({len(both)} of {plan.fresh_min} fresh seeds finished on both sides)"
+        return row
+    row.second = _outcome(claim, plan, ra, rb, both, SECOND)
+    row.by_class = by_class(claim, plan, row.primary, row.classes)
+    return row
+
+
+def build(root: Path, plan: Plan) -> Family:
+    """The family of ``plan`` from the runs under the results folder ``root``."""
+    units, excluded = _load(root, plan)
+    queue: list[str] = []
+    selections = {m: search(plan, m, units) for m in plan.methods}
+    cells: dict[str, list[str]] = {}
+    sel_runs: list[tuple[str, Run]] = []
+    for m, sel in selections.items():
+        for lr, absent, running in sel.missing:
+            queue += [f"selection not finished: run {m}@{lr_folder(lr)} on seeds {seeds_text(absent)}"] * bool(absent)
+            queue += [f"selection not finished: wait for or resume {m}@{lr_folder(lr)} seeds "
+                      f"{seeds_text(running)} (unfinished)"] * bool(running)
+        sel_runs += [(unit_name(m, lr), r) for lr in sel.tried for s, r in units.get(unit_name(m, lr), {}).items()
+                     if s in plan.selection_seeds]
+        cells[m] = [unit_name(m, lr) for lr in sel.judged_at]
+    for arm in plan.arms:
+        cells[arm] = [arm]
+    fresh_units = sorted({u for c in plan.claims for name in (c.a, c.b) for u in cells.get(name, [])})
+    for u in fresh_units:
+        have = units.get(u, {})
+        absent = [s for s in plan.fresh_seeds if s not in have]
+        running = [s for s in plan.fresh_seeds if s in have and have[s].status not in DONE]
+        queue += [f"fresh: run {u} on seeds {seeds_text(absent)}"] * bool(absent)
+        queue += [f"fresh: wait for or resume {u} seeds {seeds_text(running)} (unfinished)"] * bool(running)
+    fresh_runs = [(u, r) for u in fresh_units for s, r in units.get(u, {}).items() if s in plan.fresh_seeds]
+    env = environment(sel_runs + fresh_runs)
+    rows = []
+    for c in plan.claims:
+        pending = [n for n in (c.a, c.b) if not cells.get(n)]
+        if pending:
+            row = Row(c, (c.a, c.b), "awaiting runs (selection not finished for "
+                                     f"{' and '.join(LABEL.get(n, n) for n in pending)})")
+            row.post_hoc = post_hoc(plan, [r for _, r in sel_runs])
+            row.commits = _commits([r for _, r in sel_runs])
+            rows.append(row)
+            continue
+        extra = [r for u, r in sel_runs if u.split("@")[0] in (c.a, c.b)]
+        rows += [judge_row(plan, c, ua, ub, units, env, extra) for ua in cells[c.a] for ub in cells[c.b]]
+    reject, adjusted = mt.holm([r.primary.p if r.primary else None for r in rows], plan.alpha)
+    for row, rej, adj in zip(rows, reject, adjusted):
+        row.holm_p = adj
+        row.holm = mt.holm_words(row.claim.rel, rej, row.primary.paired.mean) if row.primary else "–"
+    runs = [r for cell in units.values() for r in cell.values()]
+    return Family(plan, runs, units, selections, queue, env, rows, excluded)
