@@ -33,7 +33,7 @@ def lr_folder(lr: float) -> str:
 def seeds_text(seeds) -> str:
     """Seeds for the queue, ASCII: ``0-2`` for consecutive ones, else ``0,2,5``."""
     s = sorted(seeds)
-    return f"{s[0]}-{s[-1]}" if len(s) > 2 and s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
+    return f"{s[0]}-{s[-1]}" if len(s) > 1 and s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
 
 
 def measure(run: Run, name: str, key: str) -> float | None:
