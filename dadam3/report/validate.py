@@ -1,5 +1,5 @@
 """The one validation pass over every run the report reads (issue 44): what the report refuses in
-one line naming the file and line (:class:`~dadam3.errors.files.DataFileError`: exit 2, nothing
+one line naming the file and line (:class:`~dadam3.errors.files.DataFileError`: exit 1, nothing
 written), and what it keeps but names as an exclusion (a run whose scores are not finite is
 *failed*, with the reason, and counted as such).
 
