@@ -162,16 +162,16 @@ def test_provenance_is_given_or_unknown(tree):
 def test_twice_gives_identical_bytes_and_only_its_own_stale_files_go(tree):
     """Files the report did not write (an earlier version's figure, a script's quick look) stay;
     a figure the previous report listed in its manifest and this one does not write goes."""
-    assert write(tree) == []
+    assert write(tree)[0] == []
     assert (tree / "report" / "old_figure.png").is_file() and (tree / "fmnist" / "fig2" / "samples_adam3.png").is_file()
     manifest = tree / "report" / "manifest.txt"
     listed = manifest.read_text().splitlines()
     assert "REPORT.md" in listed and all(p.endswith(".png") for p in listed[1:] if p != "REPORT.md")
     (tree / "report" / "gone.png").write_bytes(b"a figure an earlier report wrote")
     manifest.write_text(manifest.read_text() + "report/gone.png\n")
-    assert write(tree) == [tree / "report" / "gone.png"]
+    assert write(tree)[0] == [tree / "report" / "gone.png"]
     first = {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
-    assert write(tree) == []
+    assert write(tree)[0] == []
     assert first == {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
     assert any(p.suffix == ".png" and p.parent.name == "report" for p in first)
 
@@ -191,7 +191,7 @@ def test_a_variant_sweep_gets_its_own_section_with_its_stabilisers(tree):
         (d / "config_resolved.yaml").write_text(cfg)
     write(tree)
     text = (tree / "REPORT.md").read_text()
-    section = text[text.index("## Fashion-MNIST: every method at its own step size, variant clip1"):]
+    section = text[text.index("## Round 2 (history): every method at its own step size, variant clip1"):]
     assert "- gradient clipping (loop.clip_grad_norm): 1\n" in section
     assert "- linear step-size warm-up, iterations (loop.lr_warmup): 50\n" in section
     assert "- linear step-size warm-up, iterations (loop.lr_warmup): off\n" in text
@@ -213,7 +213,7 @@ def test_a_variant_at_the_main_sweeps_chosen_step_sizes_inherits_them_and_judges
                      healthy(fid), provenance=True)
     write(tree)
     text = (tree / "REPORT.md").read_text()
-    section = text[text.index("## Fashion-MNIST: every method at its own step size, variant long5000"):]
+    section = text[text.index("## Round 2 (history): every method at its own step size, variant long5000"):]
     section = section[:section.index("\n## ", 1)]
     assert "Step sizes: each method at the one chosen on the main sweep" in section
     assert "| Dadam3 | 0.0008 | no: no worse step size tried above | selection 0, 1 |" in section
@@ -259,8 +259,8 @@ def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tre
     text = build(tree)[0]
     assert text.index("## Claims at a glance") < text.index("## Fig. 1")
     table = "\n".join(glance(tree))
-    assert ("| Dadam3 ≫ DOSG (final FID) | not resolved (awaiting fresh seeds: 0 of 5 paired; the rule on the "
-            "selection seeds alone: holds) |") in table
+    assert ("| Dadam3 ≫ DOSG (final FID) | not reproduced (awaiting fresh seeds: 0 of 5 paired; the rule on the "
+            "selection seeds alone: reproduced) |") in table
     assert "(selection seeds, not a verdict)" in table
     for seed in range(3, 8):            # fresh seeds with provenance at the chosen cells (8e-4 and 2e-4)
         make_run(tree, f"fmnist/lr_sweep/lr8e-4/dadam3/seed{seed}", "dadam3", 8e-4, seed, healthy(90.0 + seed),
@@ -271,7 +271,7 @@ def test_the_report_opens_with_the_claims_at_a_glance_and_fresh_seeds_decide(tre
     d = [(90.0 + s) - (400.0 - s) for s in range(3, 8)]
     half = 2.776445105197793 * statistics.stdev(d) / len(d) ** 0.5      # t quantile, df = 4 (tables)
     m = statistics.fmean(d)
-    assert f"| holds | {m:+.1f} FID [{m - half:+.1f}, {m + half:+.1f}], n = 5 (seeds 3–7) |" in line
+    assert f"| reproduced | {m:+.1f} FID [{m - half:+.1f}, {m + half:+.1f}], n = 5 (seeds 3–7) |" in line
     assert "fresh seeds: 3–7; code abcdef012345 |" in line
 
 
@@ -316,7 +316,7 @@ def test_another_tools_files_and_a_users_report_are_kept(tree):
     (tree / "REPORT.md").unlink()
     write(tree)
     (tree / "REPORT.md").write_text((tree / "REPORT.md").read_text() + "edited by hand\n")   # listed: the report's
-    assert write(tree) == []
+    assert write(tree)[0] == []
     assert (tree / "fmnist" / "fig3" / "summary.md").is_file() and (tree / "report" / "draft.tex").is_file()
     assert "edited by hand" not in (tree / "REPORT.md").read_text()
 

@@ -41,12 +41,12 @@ def test_paired_uses_only_the_seeds_both_ran_and_needs_two():
 
 
 @pytest.mark.parametrize("diffs, relation, said", [
-    ((-30.0, -20.0, -25.0), "≫", "holds"),
-    ((30.0, 20.0, 25.0), "≫", "does not hold (the reverse: B better)"),
-    ((-30.0, 20.0, -5.0), "≫", "not resolved"),
-    ((1.0, -1.0, 0.5), "≈", f"holds (equal within ±{MARGIN:g} FID)"),
-    ((20.3, 19.3, 20.1), "≈", "does not hold (B better)"),          # the Dadam3 − Cadam3
-    ((-40.0, 30.0, 2.0), "≈", "not resolved"),
+    ((-30.0, -20.0, -25.0), "≫", "reproduced"),
+    ((30.0, 20.0, 25.0), "≫", "contradicted (B better)"),
+    ((-30.0, 20.0, -5.0), "≫", "not reproduced"),
+    ((1.0, -1.0, 0.5), "≈", f"reproduced (equal within ±{MARGIN:g} FID)"),
+    ((20.3, 19.3, 20.1), "≈", "contradicted (B better)"),          # the Dadam3 − Cadam3
+    ((-40.0, 30.0, 2.0), "≈", "not reproduced"),
 ])
 def test_the_rule(diffs, relation, said):
     p = paired({i: d for i, d in enumerate(diffs)}, {i: 0.0 for i in range(len(diffs))})
@@ -55,9 +55,9 @@ def test_the_rule(diffs, relation, said):
 
 def test_a_near_difference_inside_zero_but_beyond_the_margin_is_not_equal():
     p = paired({0: 2.0, 1: 4.0, 2: 3.0}, {0: 0.0, 1: 0.0, 2: 0.0})   # [0.5, 5.5]: inside ±10
-    assert verdict("≈", p).startswith("holds")
+    assert verdict("≈", p).startswith("reproduced")
     p = paired({0: 9.0, 1: 12.0, 2: 8.0}, {0: 0.0, 1: 0.0, 2: 0.0})  # excludes 0, leaves ±10
-    assert verdict("≈", p, "A", "B") == "does not hold (B better)"
+    assert verdict("≈", p, "A", "B") == "contradicted (B better)"
 
 
 def test_curve_mean_is_the_trapezoid_area_over_the_iterations():
@@ -84,17 +84,17 @@ def test_selection_uses_seeds_0_to_2_and_says_whether_the_grid_brackets():
 def test_a_claim_awaits_fresh_seeds_then_is_judged_on_them_alone():
     runs = _grid({"dadam3": {8e-4: 90.0}, "dosg": {2e-4: 400.0}})
     j = judge(("dadam3", "≫", "dosg"), runs, select(runs))
-    assert j.verdict == (f"not resolved (awaiting fresh seeds: 0 of {FRESH_MIN} paired; the rule on the selection "
-                         "seeds alone: holds)")
+    assert j.verdict == (f"not reproduced (awaiting fresh seeds: 0 of {FRESH_MIN} paired; the rule on the selection "
+                         "seeds alone: reproduced)")
     assert j.stage == "selection seeds" and j.paired.seeds == SELECTION and j.paired.mean == pytest.approx(-310.0)
     fresh = [fake_run("dadam3", 8e-4, s, [500.0, 100.0 + s]) for s in FRESH]
     fresh += [fake_run("dosg", 2e-4, s, [500.0, 300.0 + 2 * s]) for s in FRESH[:-1]]
     fresh.append(fake_run("dosg", 2e-4, FRESH[-1], [500.0, 350.0], provenance=False))   # legacy: left out
     j = judge(("dadam3", "≫", "dosg"), runs + fresh, select(runs + fresh))
-    assert j.verdict.startswith("not resolved (awaiting fresh seeds: 4 of")
+    assert j.verdict.startswith("not reproduced (awaiting fresh seeds: 4 of")
     fresh[-1] = fake_run("dosg", 2e-4, FRESH[-1], [500.0, 300.0 + 2 * FRESH[-1]])
     j = judge(("dadam3", "≫", "dosg"), runs + fresh, select(runs + fresh))
-    assert j.stage == "fresh seeds" and j.verdict == "holds"
+    assert j.stage == "fresh seeds" and j.verdict == "reproduced"
     assert j.paired.seeds == FRESH and j.paired.diffs == tuple(-200.0 - s for s in FRESH)
     assert {r.seed for r in j.runs} == set(FRESH)
 
@@ -103,10 +103,10 @@ def test_legacy_runs_are_kept_out_of_a_fixed_step_size_verdict():
     runs = [fake_run(m, 2e-4, s, [500.0, f + s], provenance=False) for m, f in (("dadam3", 100.0), ("dosg", 400.0))
             for s in range(3)]
     j = judge_fixed(("dadam3", "≫", "dosg"), runs)
-    assert j.paired is None and j.verdict == "not resolved (legacy runs, provenance unknown, left out)"
+    assert j.paired is None and j.verdict == "not reproduced (legacy runs, provenance unknown, left out)"
     runs += [fake_run(m, 2e-4, s, [500.0, f + s]) for m, f in (("dadam3", 100.0), ("dosg", 400.0)) for s in (3, 4)]
     j = judge_fixed(("dadam3", "≫", "dosg"), runs)
-    assert j.paired.seeds == (3, 4) and j.verdict == "holds"
+    assert j.paired.seeds == (3, 4) and j.verdict == "reproduced"
 
 
 def test_a_dirty_commit_is_never_printed_as_the_clean_one():

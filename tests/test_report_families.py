@@ -22,9 +22,9 @@ def setup(tmp_path):
 
 
 def family(results, plans):
-    run_files.new_snapshot()
     [p] = plan.load_all(plans)
-    return families.build(results, p)
+    with run_files.one_snapshot():
+        return families.build(results, p)
 
 
 def fresh(results, a_fid, b_fid, a_lr=8e-4, b_lr=2e-2, seeds=range(3, 8), **kw):

@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(results, d):
-    run_files.new_snapshot()
     return run_files.load_run(results, d, d.parent.name, int(d.name[4:]))
 
 
@@ -91,24 +90,25 @@ def test_one_run_in_two_directories_is_refused(tmp_path):
     assert "the seed folder is spelled 'seed03', not seed3" in refusal(tmp_path, b)
     c = make_run(tmp_path, "adam3", 8e-4, 4, 90.0)
     (c / "run_id").write_text((a / "run_id").read_text())
-    run_files.new_snapshot()
-    run_files.load_run(tmp_path, a, "adam3", 3)
-    with pytest.raises(DataFileError, match=f"the same run_id .* as {a}"):
-        run_files.load_run(tmp_path, c, "adam3", 4)
     e = make_run(tmp_path, "adam3", 8e-4, 5, 90.0)
     (e / "metrics.jsonl").unlink()
     (e / "metrics.jsonl").hardlink_to(a / "metrics.jsonl")
     (e / "run_id").unlink()
-    with pytest.raises(DataFileError, match="the same metrics.jsonl \\(hard link\\)"):
-        run_files.load_run(tmp_path, e, "adam3", 5)
+    with run_files.one_snapshot():
+        run_files.load_run(tmp_path, a, "adam3", 3)
+        with pytest.raises(DataFileError, match=f"the same run_id .* as {a}"):
+            run_files.load_run(tmp_path, c, "adam3", 4)
+        with pytest.raises(DataFileError, match="the same metrics.jsonl \\(hard link\\)"):
+            run_files.load_run(tmp_path, e, "adam3", 5)
 
 
 def test_each_run_is_read_once_per_build(tmp_path):
     d = make_run(tmp_path, "adam3", 8e-4, 0, 90.0)
-    run_files.new_snapshot()
-    first = run_files.load_run(tmp_path, d, "adam3", 0)
-    (d / "metrics.jsonl").write_text("")                 # a writer changed it meanwhile: the snapshot holds
-    assert run_files.load_run(tmp_path, d, "adam3", 0).records == first.records
+    with run_files.one_snapshot():
+        first = run_files.load_run(tmp_path, d, "adam3", 0)
+        (d / "metrics.jsonl").write_text("")             # a writer changed it meanwhile: the snapshot holds
+        assert run_files.load_run(tmp_path, d, "adam3", 0).records == first.records
+    assert run_files.load_run(tmp_path, d, "adam3", 0).records == []      # the next build reads it again
 
 
 def test_a_refusal_through_the_command_is_one_line_and_writes_nothing(tmp_path):

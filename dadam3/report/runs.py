@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dadam3.run.divergence import Breach, run_breach
 from dadam3.report import read, validate
@@ -152,13 +153,19 @@ class Snapshot:
         return self.files[key]
 
 
-SNAPSHOT = Snapshot()
+SNAPSHOT: Snapshot | None = None      # the build's, while one runs (:func:`one_snapshot`)
 
 
-def new_snapshot() -> None:
-    """Start a build: forget what an earlier build read."""
+@contextmanager
+def one_snapshot() -> Iterator[Snapshot]:
+    """While a build runs: every run directory read once, identities unique across it. Outside
+    one, :func:`load_run` reads (and validates) afresh each time."""
     global SNAPSHOT
     SNAPSHOT = Snapshot()
+    try:
+        yield SNAPSHOT
+    finally:
+        SNAPSHOT = None
 
 
 def _read_run(directory: Path) -> tuple:
@@ -181,7 +188,7 @@ def _read_run(directory: Path) -> tuple:
 def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
     """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``,
     read once per build and validated (:class:`Snapshot`)."""
-    config, provenance, records, overrides, failed = SNAPSHOT.read(directory)
+    config, provenance, records, overrides, failed = (SNAPSHOT or Snapshot()).read(directory)
     return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance, records, overrides, failed)
 
 
