@@ -47,9 +47,10 @@ def lr_name(lr: float) -> str:
 
 def make_run(results: Path, method: str, lr: float, seed: int, fid: float, second: float | None = None,
              commit: str = COMMIT, machine: str = XEON, started: str | None = AFTER, family: str = "t2",
-             finished: bool = True) -> Path:
-    """A run of the family's layout whose FID falls linearly to ``fid`` (second scorer: to ``second``)."""
-    d = results / "fmnist" / "round3" / family / f"lr{lr_name(lr)}" / method / f"seed{seed}"
+             finished: bool = True, arm: str = "") -> Path:
+    """A run of the family's layout (``arm``: an arm's ``<data>/<setting>`` folders) whose FID falls
+    linearly to ``fid`` (second scorer: to ``second``)."""
+    d = results / "fmnist" / "round3" / family / arm / f"lr{lr_name(lr)}" / method / f"seed{seed}"
     d.mkdir(parents=True)
     second = fid if second is None else second
     recs = []
@@ -79,3 +80,11 @@ def selection(results: Path, fids: dict, **kw) -> None:
 
 SEARCH_DONE = {("adam3", 4e-4): 120.0, ("adam3", 8e-4): 90.0, ("adam3", 1.6e-3): 130.0,
                ("oadagrad", 1e-2): 150.0, ("oadagrad", 2e-2): 110.0, ("oadagrad", 3e-2): 140.0}
+
+ARMS_PLAN = {
+    "family": "h", "title": "Arms", "runs": "results/fmnist/round3/h",
+    "arms": {"iid_d": ["iid", "plain", "dadam3", 8.0e-4], "iid_c": ["iid", "plain", "cadam3", 8.0e-4]},
+    "fresh_seeds": [3, 4, 5, 6, 7], "fresh_min": 5,
+    "claims": [{"a": "iid_d", "rel": "≈", "b": "iid_c", "measure": "final"}],
+    "test": {"alpha": 0.05, "equivalence_margin": 10.0, "correction": "holm"},
+}

@@ -8,7 +8,7 @@ from statsmodels.stats.multitest import multipletests
 from dadam3.report import families, plan, sections_plan
 from dadam3.report import runs as run_files
 from dadam3.report.build import build
-from report_plan_runs import (BEFORE, COMMIT, EPYC, OTHER, PLAN, SEARCH_DONE, XEON, make_run, selection,
+from report_plan_runs import (ARMS_PLAN, BEFORE, COMMIT, EPYC, OTHER, PLAN, SEARCH_DONE, XEON, make_run, selection,
                               write_plan)
 
 
@@ -213,3 +213,20 @@ def test_the_plans_in_the_checkout_load():
     assert set(loaded) >= {"fig2", "fig3", "heterogeneous"}
     assert loaded["fig3"].methods["dosg"][1] == 2e-4 and loaded["heterogeneous"].arms["a01_dosg_stab"][3] == 2.56e-2
     assert PLAN["family"] not in loaded
+
+
+def test_arms_have_no_search_and_are_judged_at_their_fixed_step_sizes(tmp_path):
+    results = tmp_path / "results"
+    write_plan(tmp_path / "plans", ARMS_PLAN)
+    make_run(results, "dadam3", 8e-4, 3, 90.0, family="h", arm="iid/plain")
+    fam = family(results, tmp_path / "plans")
+    assert fam.queue == ["fresh: run iid_c (iid/plain/lr8e-4/cadam3) on seeds 3-7",
+                         "fresh: run iid_d (iid/plain/lr8e-4/dadam3) on seeds 4-7"]
+    for s in range(4, 8):
+        make_run(results, "dadam3", 8e-4, s, 90.0 + s % 2, family="h", arm="iid/plain")
+    for s in range(3, 8):
+        make_run(results, "cadam3", 8e-4, s, 90.0 - s % 2, family="h", arm="iid/plain")
+    fam = family(results, tmp_path / "plans")
+    [row] = fam.rows
+    assert fam.queue == [] and row.units == ("iid_d", "iid_c") and row.primary.verdict == "reproduced"
+    assert row.primary.wins == 5 and row.holm == "reproduced"

@@ -100,12 +100,18 @@ def unit_label(plan: Plan, unit: str) -> str:
     return f"{LABEL.get(method, method)} @ {lr}"
 
 
+def arm_folder(plan: Plan, arm: str) -> str:
+    """An arm's run folder below the plan's: ``<data>/<setting>/lr<LR>/<method>``."""
+    data, setting, method, lr = plan.arms[arm]
+    return f"{data}/{setting}/lr{lr_folder(lr)}/{method}"
+
+
 def _load(root: Path, plan: Plan) -> tuple[dict, list[str]]:
     """unit -> {seed: Run} under the plan's folder, and the runs outside its grid (excluded)."""
     folder, units, excluded = plan.folder(root), {}, []
     if plan.arms:
-        for name, (data, setting, method, lr) in plan.arms.items():
-            d = folder / data / setting / f"lr{lr_folder(lr)}" / method
+        for name, (_, _, method, _) in plan.arms.items():
+            d = folder / arm_folder(plan, name)
             units[name] = {s: load_run(root, p, method, s) for s, p in seed_dirs(d)} if d.is_dir() else {}
         return units, excluded
     for lr_dir in sorted(folder.glob("lr*")) if folder.is_dir() else []:
@@ -298,8 +304,9 @@ def build(root: Path, plan: Plan) -> Family:
         have = units.get(u, {})
         absent = [s for s in plan.fresh_seeds if s not in have]
         running = [s for s in plan.fresh_seeds if s in have and have[s].status not in DONE]
-        queue += [f"fresh: run {u} on seeds {seeds_text(absent)}"] * bool(absent)
-        queue += [f"fresh: wait for or resume {u} seeds {seeds_text(running)} (unfinished)"] * bool(running)
+        where = f"{u} ({arm_folder(plan, u)})" if u in plan.arms else u
+        queue += [f"fresh: run {where} on seeds {seeds_text(absent)}"] * bool(absent)
+        queue += [f"fresh: wait for or resume {where} seeds {seeds_text(running)} (unfinished)"] * bool(running)
     fresh_runs = [(u, r) for u in fresh_units for s, r in units.get(u, {}).items() if s in plan.fresh_seeds]
     env = environment(sel_runs + fresh_runs)
     rows = []
