@@ -230,3 +230,12 @@ def test_arms_have_no_search_and_are_judged_at_their_fixed_step_sizes(tmp_path):
     [row] = fam.rows
     assert fam.queue == [] and row.units == ("iid_d", "iid_c") and row.primary.verdict == "reproduced"
     assert row.primary.wins == 5 and row.holm == "reproduced"
+
+
+def test_a_choice_at_the_grids_edge_is_not_called_bracketed(setup):
+    results, plans = setup
+    selection(results, {**SEARCH_DONE, ("oadagrad", 3e-2): 100.0, ("oadagrad", 2e-2): 110.0})
+    fam = family(results, plans)
+    assert fam.selections["oadagrad"].chosen == 3e-2
+    assert fam.selections["oadagrad"].bracket == ("not bracketed: at the grid's edge (below: 2e-2 worse by +10.0; "
+                                                  "above: the grid's edge)")

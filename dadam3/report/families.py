@@ -177,9 +177,11 @@ def search(plan: Plan, method: str, units: dict) -> Selection:
             sides.append(f"{side}: flat between {lr_folder(grid[best])} and {lr_folder(grid[j])} "
                          f"({gap:+.1f} < {plan.bracket_margin:g})")
             sel.judged_at.append(grid[j])
-    flat = len(sel.judged_at) > 1
-    sel.bracket = ("flat: judged at " + " and ".join(map(lr_folder, sel.judged_at)) if flat else "bracketed") + \
-        " (" + "; ".join(sides) + ")"
+    if len(sel.judged_at) > 1:
+        word = "flat: judged at " + " and ".join(map(lr_folder, sel.judged_at))
+    else:
+        word = "not bracketed: at the grid's edge" if any("edge" in x for x in sides) else "bracketed"
+    sel.bracket = f"{word} ({'; '.join(sides)})"
     return sel
 
 
