@@ -239,3 +239,11 @@ def test_a_choice_at_the_grids_edge_is_not_called_bracketed(setup):
     assert fam.selections["oadagrad"].chosen == 3e-2
     assert fam.selections["oadagrad"].bracket == ("not bracketed: at the grid's edge (below: 2e-2 worse by +10.0; "
                                                   "above: the grid's edge)")
+
+
+def test_a_selection_mixing_commits_is_not_judged_even_before_it_finishes(setup):
+    results, plans = setup
+    make_run(results, "adam3", 8e-4, 0, 90.0)
+    make_run(results, "adam3", 8e-4, 1, 90.0, commit=OTHER)
+    fam = family(results, plans)
+    assert all(r.state.startswith("not judged (mixed environments: commits ") for r in fam.rows)

@@ -315,8 +315,8 @@ def build(root: Path, plan: Plan) -> Family:
     for c in plan.claims:
         pending = [n for n in (c.a, c.b) if not cells.get(n)]
         if pending:
-            row = Row(c, (c.a, c.b), "awaiting runs (selection not finished for "
-                                     f"{' and '.join(LABEL.get(n, n) for n in pending)})")
+            waiting = f"awaiting runs (selection not finished for {' and '.join(LABEL.get(n, n) for n in pending)})"
+            row = Row(c, (c.a, c.b), f"not judged (mixed environments: {env})" if env else waiting)
             row.post_hoc = post_hoc(plan, [r for _, r in sel_runs])
             row.commits = _commits([r for _, r in sel_runs])
             rows.append(row)
