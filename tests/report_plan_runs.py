@@ -15,7 +15,7 @@ PLAN_TIME = "2026-01-01T00:00:00+00:00"
 AFTER, BEFORE = "2026-01-02T00:00:00+00:00", "2025-12-31T00:00:00+00:00"
 
 PLAN = {
-    "family": "t2", "title": "Test family", "paper": "a claim", "runs": "results/fmnist/round3/t2",
+    "family": "t2", "title": "Test family", "paper": "a claim", "runs": "results/fmnist/round3/t2", "iterations": 200,
     "methods": {"adam3": {"grid": [2.0e-4, 4.0e-4, 8.0e-4, 1.6e-3, 3.2e-3], "start": 8.0e-4},
                 "oadagrad": {"grid": [1.0e-2, 2.0e-2, 3.0e-2], "start": 2.0e-2}},
     "selection": {"seeds": [0, 1, 2], "measure": "final", "bracket_margin": 5.0},

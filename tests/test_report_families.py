@@ -247,3 +247,14 @@ def test_a_selection_mixing_commits_is_not_judged_even_before_it_finishes(setup)
     make_run(results, "adam3", 8e-4, 1, 90.0, commit=OTHER)
     fam = family(results, plans)
     assert all(r.state.startswith("not judged (mixed environments: commits ") for r in fam.rows)
+
+
+def test_a_run_configured_for_other_iterations_than_the_plans_is_excluded_and_named(setup):
+    results, plans = setup
+    d = make_run(results, "adam3", 8e-4, 0, 90.0)
+    cfg = d / "config_resolved.yaml"
+    cfg.write_text(cfg.read_text().replace("iterations: 200", "iterations: 5000"))
+    fam = family(results, plans)
+    assert fam.excluded == [f"`{d.relative_to(results).as_posix()}`: configured for 5000 iterations, the plan's "
+                            "are 200"]
+    assert "selection not finished: run adam3@8e-4 on seeds 0-2" in fam.queue

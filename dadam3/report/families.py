@@ -109,13 +109,20 @@ def arm_folder(plan: Plan, arm: str) -> str:
 def _load(root: Path, plan: Plan) -> tuple[dict, list[str]]:
     """unit -> {seed: Run} under the plan's folder, and the runs outside its grid (excluded)."""
     folder, units, excluded = plan.folder(root), {}, []
+
+    def planned(run: Run) -> bool:
+        if plan.iterations is None or run.target in (None, plan.iterations):
+            return True
+        excluded.append(f"`{run.rel}`: configured for {run.target} iterations, the plan's are {plan.iterations}")
+        return False
     if plan.arms:
         for name, (_, _, method, _) in plan.arms.items():
             d = folder / arm_folder(plan, name)
-            units[name] = {s: load_run(root, p, method, s) for s, p in seed_dirs(d)} if d.is_dir() else {}
+            found = [load_run(root, p, method, s) for s, p in seed_dirs(d)] if d.is_dir() else []
+            units[name] = {r.seed: r for r in found if planned(r)}
         return units, excluded
     for lr_dir in sorted(folder.glob("lr*")) if folder.is_dir() else []:
-        for run in method_runs(root, lr_dir):
+        for run in filter(planned, method_runs(root, lr_dir)):
             grid = plan.methods.get(run.method, ((), None))[0]
             if run.lr is None or not any(abs(run.lr - g) <= 1e-9 * g for g in grid):
                 excluded.append(f"`{run.rel}`: outside the plan's methods and grids")

@@ -45,6 +45,7 @@ class Plan:
     alpha: float
     margin: float
     committed: datetime | None
+    iterations: int | None = None      # every run's loop.iterations; a run configured otherwise is excluded
 
     def folder(self, root: Path) -> Path:
         """The plan's run folder under the results folder ``root`` (``runs`` is relative to the
@@ -140,7 +141,8 @@ def load(path: Path) -> Plan:
                 str(doc.get("paper", "")), _need(path, doc, "runs", str), methods, arms, sel_seeds, margin,
                 _seeds(path, doc, "fresh_seeds"), int(_need(path, doc, "fresh_min", int)), tuple(claims),
                 float(_need(path, test, "alpha", float, "test.")),
-                float(_need(path, test, "equivalence_margin", (int, float), "test.")), committed_at(path))
+                float(_need(path, test, "equivalence_margin", (int, float), "test.")), committed_at(path),
+                _need(path, doc, "iterations", int) if "iterations" in doc else None)
 
 
 def load_all(directory: Path = PLAN_DIR) -> list[Plan]:
