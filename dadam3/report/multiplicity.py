@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from typing import TYPE_CHECKING
 
 from scipy import stats as scipy_stats
 from statsmodels.stats.multitest import multipletests
 
-if TYPE_CHECKING:
-    from dadam3.report.stats import Paired
 
 REPRODUCED, NOT_REPRODUCED, CONTRADICTED = "reproduced", "not reproduced", "contradicted"
 WORDING = ("A claim of the paper reads *reproduced* when the 95 % t interval of the per-seed paired differences "
@@ -39,8 +36,9 @@ WORDING = ("A claim of the paper reads *reproduced* when the 95 % t interval of 
            "shown beside the uncorrected verdict.")
 
 
-def words(relation: str, p: Paired, margin: float) -> str:
-    """The uncorrected verdict of "a ≫ b" / "a ≈ b" on the paired differences ``p``."""
+def words(relation: str, p, margin: float) -> str:
+    """The uncorrected verdict of "a ≫ b" / "a ≈ b" on the paired differences ``p``
+    (:class:`dadam3.report.stats.Paired`: its interval ``low``, ``high``)."""
     if relation == "≫":
         return REPRODUCED if p.high < 0 else CONTRADICTED if p.low > 0 else NOT_REPRODUCED
     if -margin <= p.low and p.high <= margin:
