@@ -3,10 +3,10 @@ one line naming the file and line (:class:`~dadam3.errors.files.DataFileError`: 
 written), and what it keeps but names as an exclusion (a run whose scores are not finite is
 *failed*, with the reason, and counted as such).
 
-Refused: records out of iteration order; an evaluation record (one with any ``fid_``/``is_``/
-``kid_`` key) without ``fid_mean``, ``is_mean`` and ``kid_mean`` (and, when it carries the second
-scorer's keys, without ``fid_mean_<scorer>``); a ``status`` the writer never writes; a
-``provenance.json`` segment whose fields have the wrong type (``code_commit`` not 40 hex digits,
+Refused: records out of iteration order; an evaluation record (one with any ``fid_`` key) without
+``fid_mean`` (and, when it carries the second scorer's keys, without ``fid_mean_<scorer>``); a
+``status`` the writer never writes; a ``provenance.json`` segment whose fields have the wrong type
+(``code_commit`` not 40 hex digits,
 ``started`` not an ISO time with offset, ...); a config whose ``optimizer.lr`` or ``seed``
 disagrees with its ``lr<LR>/`` or ``seed<S>/`` folder, or a seed folder not spelled ``seed<S>``;
 two directories that are one run (the same ``run_id``, or the same ``metrics.jsonl`` inode).
@@ -23,7 +23,7 @@ from dadam3.report.plan import parse_time
 
 ADVICE = "the file is damaged or was edited by hand: restore it from the run, or remove the run from the results"
 STATUSES = ("running", "finished", "diverged", "interrupted", "resumed")
-EVAL_KEYS = ("fid_mean", "is_mean", "kid_mean")
+EVAL_KEYS = ("fid_mean",)                 # what every verdict reads from an evaluation
 SCORE_PREFIXES = ("fid_", "is_", "kid_")
 SECOND_SUFFIX = "_fmnist_mlp"
 COMMIT = re.compile(r"[0-9a-f]{40}(\+dirty)?")
@@ -42,7 +42,7 @@ def check_records(path: Path, numbered: list[tuple[int, dict]]) -> None:
         status = rec.get("status")
         if status is not None and status not in STATUSES:
             raise DataFileError(path, f"status={status!r}: one of {', '.join(STATUSES)} belongs here", n, ADVICE)
-        if any(k.startswith(SCORE_PREFIXES) for k in rec):
+        if any(k.startswith("fid_") for k in rec):
             need = EVAL_KEYS + (("fid_mean" + SECOND_SUFFIX,) if any(k.endswith(SECOND_SUFFIX) for k in rec) else ())
             missing = [k for k in need if k not in rec]
             if missing:
