@@ -51,7 +51,8 @@ from dadam3.errors.config import ConfigError
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
-from dadam3.run.job_log import code_commit, record_provenance
+from dadam3.run.job_log import record_provenance
+from dadam3.run.provenance import code_commit
 from dadam3.mixing import Mixer
 from dadam3.optim import build_optimizer, mixer_for
 from dadam3.run.schema import compose, synthetic_settings

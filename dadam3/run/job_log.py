@@ -6,7 +6,6 @@ import json
 import logging
 import logging.handlers
 import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,14 +20,11 @@ from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import writing
 from dadam3.errors.stops import RunStopped
+from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
 
 JOB_LOG = "train.log"
 PROVENANCE = "provenance.json"
 CODE_DIFF = "code.diff"              # a dirty checkout's changes, beside provenance.json
-DIRTY = "+dirty"
-# the code is the checkout less its results: a run that rewrites a committed run there (make fig1) is not dirty code
-NOT_RESULTS = ("--", ":(top,exclude)results")
-UNKNOWN = "unknown"
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra's job log format
 
 
@@ -126,32 +122,6 @@ def write_files(files: Mapping[Path, str]) -> None:
             path.write_text(text)
 
 
-def _git(*args: str) -> str:
-    """``git ARGS`` in the package's checkout. --no-optional-locks: git status must not take the
-    user's index lock (a run stopped mid-call would leave .git/index.lock behind)."""
-    here = Path(__file__).resolve().parent
-    return subprocess.run(["git", "--no-optional-locks", "-C", str(here), *args], capture_output=True, text=True,
-                          timeout=10, check=True).stdout
-
-
-def code_commit() -> str:
-    """The package's git commit (``+dirty`` with uncommitted changes), or "unknown" outside git."""
-    try:
-        commit = _git("rev-parse", "HEAD").strip()
-        return commit + (DIRTY if _git("status", "--porcelain", "--untracked-files=no", *NOT_RESULTS).strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return UNKNOWN
-
-
-def _code_diff() -> str | None:
-    """The uncommitted changes of the checkout's code (``git diff HEAD``, ``results/`` left out: what
-    ``+dirty`` stands for); None when git cannot say."""
-    try:
-        return _git("diff", "HEAD", "--binary", *NOT_RESULTS)
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def _device_model(device: str) -> str:
     """The accelerator's name, or the CPU's model name from /proc/cpuinfo (platform's otherwise)."""
     if device.startswith("cuda") and torch.cuda.is_available():
@@ -189,11 +159,11 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     for a resume), named in the entry (``code_diff``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-             "code_commit": code_commit(), "torch": torch.__version__,
+             **code_fields(), "torch": torch.__version__,
              "python": platform.python_version(), "device": device, "device_model": _device_model(device),
              "machine_session": _boot_id(), "torch_threads": torch.get_num_threads()}
     files = {}
-    diff = _code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
+    diff = code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
     if diff is not None:
         where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
         files[run_dir / where] = diff
