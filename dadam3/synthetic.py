@@ -52,7 +52,7 @@ from dadam3.gan.memory import check_bytes
 from dadam3.run.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance, write_provenance
 from dadam3.optim import mixer_for
 from dadam3.run.directory import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
-from dadam3.run.manifest import RUN_FILES, run_files
+from dadam3.run.manifest import RUN_FILES, run_files, stamp_manifest
 from dadam3.run.schema import SyntheticConfig, check_overrides, synthetic_settings
 from dadam3.run.signals import Interrupted, StopSignals
 from dadam3.run.sweep import sweep_job
@@ -109,6 +109,7 @@ def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
 
     _write_whole(out_dir / METRICS, table)
     _write_whole(out_dir / STATUS, lambda f: f.write(json.dumps(status) + "\n"))
+    stamp_manifest(out_dir, WRITES)         # what it wrote: overwrite=true deletes only that
 
 
 def _write_whole(path: Path, write) -> None:
@@ -147,6 +148,7 @@ def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> Syntheti
             with writing(out_dir / ".hydra"):
                 write_provenance(cfg, out_dir)
             record_provenance(out_dir, "cpu", 0)          # the code's commit (+ code.diff when dirty)
+            stamp_manifest(out_dir, WRITES)
             return _play(s, out_dir, stop)
         except BaseException as e:
             if not isinstance(e, (SyntheticDiverged, Interrupted, ConfigError)):   # written, or a refusal

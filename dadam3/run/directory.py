@@ -5,13 +5,10 @@
   checkpoints, samples, ...; extended by each resume), before it creates any of them.
 * A directory is a run's by its own marker: its manifest, or (a run of an earlier version,
   written before manifests) its ``run_id`` or its log. A fresh run refuses a directory that
-  holds a run unless ``overwrite=true``, which deletes exactly the names the manifest lists (an
-  earlier version's run: the names such a run writes, ``RUN_FILES``), once it is sure it can
-  delete every one (no symbolic link to a directory among them, every directory writable). A
-  directory holding names a run writes but no run (a user's ``images/``), or holding such names
-  that its run's manifest does not list, is refused whatever ``overwrite`` says: nothing is
-  deleted that a run did not write. A claimed directory gets a new run id (``run_id``) that
-  every checkpoint written there carries.
+  holds a run unless ``overwrite=true``, which deletes what the manifest lists and is still what
+  its run wrote (:func:`dadam3.run.manifest.deletable`), once it can delete every one. Names a run
+  writes in a directory without a run, or that its manifest does not list, are refused whatever
+  ``overwrite`` says. A claimed directory gets a new run id (``run_id``) its checkpoints carry.
 * ``resume=PATH`` continues the run that wrote PATH in ITS directory, but only when PATH lies
   in ``<run>/checkpoints/`` and its run id is ``<run>``'s (a checkpoint without an id, written
   before ids existed, only when ``<run>`` has no id either and its ``config_resolved.yaml``
@@ -22,8 +19,7 @@
   RUN's checkpoint (a new run id, its log from the checkpoint's iteration); RUN is not touched.
 * A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
   process dies) refuses a second live writer.
-* Stray temporary files of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are
-  deleted when a run claims its directory.
+* Stray temporaries of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are deleted at claim.
 * Resuming: the checkpoint is checked against the run's config by
   :func:`dadam3.run.checkpoint.resume.check_resume` (its kind; which keys may change).
 """
@@ -47,7 +43,7 @@ from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.run.paths import check_usable_dir
-from dadam3.run.manifest import LOCK_FILE, MANIFEST, run_files, train_writes, write_manifest
+from dadam3.run.manifest import LOCK_FILE, MANIFEST, deletable, read_stamps, run_files, train_writes, write_manifest
 from dadam3.run.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
@@ -64,6 +60,7 @@ class RunDir:
     changed: dict[str, list] = field(default_factory=dict)   # key -> [checkpoint's value, now]
     _lock: Any = field(default=None, repr=False)
     replace: tuple[str, ...] = ()        # another run's files that overwrite=true deletes at commit
+    kept: tuple[str, ...] = ()           # names its manifest lists that are no longer what its run wrote: kept
     created: bool = False                # commit created the directory (undo() may remove it)
     committed: bool = False
     new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
@@ -92,13 +89,16 @@ class RunDir:
         for name in self.replace:
             target = self.path / name
             shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+        if self.kept:
+            log.warning("overwrite=true kept %s in %s: listed in the old run's %s but not what that run wrote",
+                        ", ".join(self.kept), self.path, MANIFEST)
         if self.writes:                 # listed before any of them is created
             try:
                 self._manifest_before = (self.path / MANIFEST).read_bytes()
             except FileNotFoundError:
                 self.made.append(MANIFEST)
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
-            write_manifest(self.path, (*earlier, *self.writes))
+            write_manifest(self.path, (*earlier, *self.writes), {} if self.new_id else read_stamps(self.path))
         if self.new_id or read_run_id(self.path) is None:     # a fresh run; an adopted run written before ids
             (self.path / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="ascii")
             self.made.append(RUN_ID_FILE)
@@ -169,10 +169,11 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
                                             "directory named with hydra.run.dir=NEW")
     lock = _lock(run_dir) if (run_dir / LOCK_FILE).exists() else None
     try:
-        existing = ()
+        existing, kept = (), ()
         if home is None:
             existing = _replaced(run_dir, writes, overwrite, resume is None)
             _check_deletable(run_dir, existing)
+            existing, kept = deletable(run_dir, existing, writes)
     except BaseException:
         if lock is not None:
             lock.close()
@@ -180,7 +181,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     if ckpt is not None and home is None:
         log.warning("continuing the checkpoint %s (iteration %d) in the new directory %s: its metrics.jsonl starts "
                     "there", resume, ckpt["iteration"], run_dir)
-    return RunDir(run_dir, ckpt, changed, lock, replace=existing, new_id=home is None, writes=writes)
+    return RunDir(run_dir, ckpt, changed, lock, replace=existing, kept=kept, new_id=home is None, writes=writes)
 
 
 def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool) -> tuple[str, ...]:

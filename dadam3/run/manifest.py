@@ -5,13 +5,22 @@ When a run claims its directory it lists there every top-level name it will crea
 checkpoints, samples, ...; :func:`train_writes`), before it creates any; a resume adds what it
 writes. A directory holds a run when it has such a manifest or, for a run of an earlier version,
 its ``run_id`` or a log (:data:`LOGS`): :func:`run_files`.
+
+Once the run has written them (its start's files, each checkpoint, the synthetic runner's
+results) it stamps each name it writes with what it is: kind, device and inode
+(:func:`stamp_manifest`). ``overwrite=true`` deletes a name only while it is still the stamped
+entry (:func:`deletable`); a name without a stamp (a run killed before its first stamp, a manifest
+of an earlier version) only when it is a name a run writes (:data:`RUN_FILES`, ``also``). Anything
+else the manifest lists (a name a user added to it, a file put in the place of the run's) is kept.
 """
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dadam3.errors.config import ConfigError
 from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
 from dadam3.run.paths import mkstemp_umask
 
@@ -21,6 +30,7 @@ RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resol
              RUN_ID_FILE, ".hydra", "train.log", "code.diff")
 LOCK_FILE = ".lock"
 LOGS = ("metrics.jsonl", "metrics.csv", "status.json")     # a run's log: a training's, a synthetic run's
+GROWING = ("metrics.jsonl", "train.log", "synthetic.log")     # logs appended to after the run's last stamp
 MANIFEST = "manifest.txt"       # <run_dir>/manifest.txt: the top-level names the run writes, one a line
 MANIFEST_HEADER = "# what this run writes here (dadam3): overwrite=true deletes these names and nothing else\n"
 
@@ -38,25 +48,81 @@ def read_manifest(run_dir: Path) -> tuple[str, ...] | None:
     """The names ``run_dir``'s manifest lists (plain names in ``run_dir``: a line naming a path
     elsewhere, ``..``, the lock or the manifest is ignored), or None without one (no file, not
     readable, or not starting with :data:`MANIFEST_HEADER`: a file of that name no run wrote)."""
+    stamps = read_stamps(run_dir)
+    return None if stamps is None else tuple(stamps)
+
+
+def read_stamps(run_dir: Path) -> dict[str, str | None] | None:
+    """:func:`read_manifest`'s names, each with its stamp (None: not stamped)."""
     try:
         text = (Path(run_dir) / MANIFEST).read_text(encoding="utf-8")
     except (OSError, UnicodeError):
         return None
     if not text.startswith(MANIFEST_HEADER):        # a file of that name that no run wrote
         return None
-    lines = text.splitlines()
-    names = (line.strip() for line in lines if not line.startswith("#"))
-    return tuple(dict.fromkeys(n for n in names if n and n == Path(n).name and n not in (".", "..", MANIFEST,
-                                                                                         LOCK_FILE)))
+    out: dict[str, str | None] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _, mark = line.partition("\t")
+        name = name.strip()
+        if name and name == Path(name).name and name not in (".", "..", MANIFEST, LOCK_FILE):
+            out[name] = mark.strip() or out.get(name)
+    return out
 
 
-def write_manifest(run_dir: Path, names: Sequence[str]) -> None:
-    """``run_dir``/:data:`MANIFEST` listing ``names``, replaced whole (a temporary file renamed)."""
+def stamp(path: Path) -> str | None:
+    """What ``path`` is: ``kind:device:inode`` (``f`` file, ``d`` directory, ``l`` link), and for a
+    file written whole also ``:size:mtime_ns`` (a file put in its place may get its inode again);
+    a log the run appends to after its last stamp (:data:`GROWING`) by its inode only. None when absent."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
+    whole = f":{st.st_size}:{st.st_mtime_ns}" if kind != "d" and Path(path).name not in GROWING else ""
+    return f"{kind}:{st.st_dev}:{st.st_ino}{whole}"
+
+
+def stamp_manifest(run_dir: Path, writes: Sequence[str]) -> None:
+    """Stamp (:func:`stamp`) each name of ``writes`` (what this run writes) that the manifest lists
+    and that exists now; the other lines stay as they are. Nothing without a manifest."""
+    stamps = read_stamps(run_dir)
+    if stamps is None:
+        return
+    for name in writes:
+        if name in stamps:
+            stamps[name] = stamp(Path(run_dir) / name) or stamps[name]
+    try:
+        write_manifest(run_dir, list(stamps), stamps)
+    except OSError:     # a full disk: the earlier stamps stay, and what they no longer match is kept, not deleted
+        pass
+
+
+def deletable(run_dir: Path, names: Sequence[str], writes: Sequence[str] = ()) -> tuple[tuple[str, ...], ...]:
+    """(the names of ``names`` that ``overwrite=true`` may delete, those it keeps): a stamped name
+    while it is still the stamped entry; one without a stamp when it is a name a run writes
+    (:data:`RUN_FILES`, ``writes``). A kept name the new run writes (``writes``) is refused in one line."""
+    stamps = read_stamps(run_dir) or {}
+    ok = [n for n in names if (stamps[n] == stamp(Path(run_dir) / n) if stamps.get(n) else n in (*RUN_FILES, *writes))]
+    kept = tuple(n for n in names if n not in ok)
+    if any(n in writes for n in kept):
+        raise ConfigError("overwrite", True, f"{', '.join(n for n in kept if n in writes)} in {run_dir} is no longer "
+                                             f"what the old run wrote (replaced since; its {MANIFEST} says what it "
+                                             "wrote): move it away yourself; nothing was deleted")
+    return tuple(ok), kept
+
+
+def write_manifest(run_dir: Path, names: Sequence[str], stamps: Mapping[str, str | None] | None = None) -> None:
+    """``run_dir``/:data:`MANIFEST` listing ``names`` (each with its stamp in ``stamps``), replaced
+    whole (a temporary file renamed)."""
     target = Path(run_dir) / MANIFEST
+    stamps = stamps or {}
     fd, tmp = mkstemp_umask(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(MANIFEST_HEADER + "".join(f"{n}\n" for n in dict.fromkeys(names)))
+            f.write(MANIFEST_HEADER + "".join(f"{n}\t{stamps[n]}\n" if stamps.get(n) else f"{n}\n"
+                                              for n in dict.fromkeys(names)))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

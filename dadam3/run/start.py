@@ -32,6 +32,7 @@ from dadam3.errors.files import WriteFailed
 from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
 from dadam3.run.build import build_trainer
+from dadam3.run.manifest import stamp_manifest, train_writes
 from dadam3.run.schema import TrainConfig, config_error, merged_overrides, train_settings
 from dadam3.run.schema.groups import GROUPS
 from dadam3.run.schema.runs import only_with
@@ -213,4 +214,5 @@ def _write_run_files(cfg: DictConfig, resolved: dict, trainer: WGANTrainer) -> W
         write_files(files)
     except WriteFailed as e:
         return e
+    stamp_manifest(run_dir, train_writes(resolved))
     return None

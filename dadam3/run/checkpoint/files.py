@@ -99,7 +99,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
             f.flush()
             os.fsync(f.fileno())
         digest = file_sha256(Path(tmp))
-        _write_checksums(path, [digest, *read_checksums(path)[:2]])     # both the old and the new file verify
+        _write_checksums(path, [digest, *_earlier(path)[:2]])     # both the old and the new file verify
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -132,14 +132,45 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_checksums(path: Path) -> list[str]:
-    """The hashes ``path``'s checksum file lists (``sha256sum`` lines), [] when it has none."""
+def read_checksums(path: Path, key: str = "resume") -> list[str]:
+    """The hashes (lower case) ``path``'s checksum file lists in a format ``sha256sum`` writes
+    (GNU ``HASH  NAME`` or ``HASH *NAME``, BSD ``SHA256 (NAME) = HASH`` from ``--tag``; upper-case
+    hex too), [] when there is no such file. A checksum file that is there but holds no such line
+    (empty, garbage, not text, unreadable) is a one-line ConfigError naming ``key``: a damaged
+    checksum never counts as "no checksum"."""
+    target = checksum_path(path)
     try:
-        lines = checksum_path(path).read_text(encoding="ascii").splitlines()
-    except (OSError, UnicodeError):
+        text = target.read_bytes().decode("ascii")
+    except FileNotFoundError:
         return []
-    return [h for h, _, _ in (line.partition("  ") for line in lines)
-            if len(h) == 64 and all(c in "0123456789abcdef" for c in h)]
+    except (OSError, UnicodeError) as e:
+        raise _unreadable(key, path, target, getattr(e, "strerror", None) or "not text") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    found = [m.group("gnu") or m.group("bsd") for m in map(_CHECKSUM_LINE.fullmatch, lines) if m]
+    if not lines or len(found) != len(lines):
+        bad = next((i + 1 for i, line in enumerate(text.splitlines()) if line.strip()
+                    and not _CHECKSUM_LINE.fullmatch(line)), None)
+        raise _unreadable(key, path, target, "empty" if not lines else f"line {bad} is not a sha256sum line")
+    return [h.lower() for h in found]
+
+
+# a line of sha256sum's output, GNU or BSD (--tag); a name with a backslash or newline starts with "\"
+_CHECKSUM_LINE = re.compile(r"\\?(?:(?P<gnu>[0-9a-fA-F]{64}) [ *].+|SHA256 \(.+\) = (?P<bsd>[0-9a-fA-F]{64}))")
+
+
+def _unreadable(key: str, path: Path, target: Path, why: str) -> ConfigError:
+    return ConfigError(key, str(path), f"unreadable checksum file {target.name} ({why}; sha256sum writes "
+                                       "'HASH  NAME' or, with --tag, 'SHA256 (NAME) = HASH'): the checkpoint cannot be "
+                                       f"verified; nothing was loaded: restore {target.name} from a copy, or remove it "
+                                       "to load the checkpoint unverified")
+
+
+def _earlier(path: Path) -> list[str]:
+    """The hashes of the checksum file a new checkpoint replaces ([] when it is unreadable: replaced all the same)."""
+    try:
+        return read_checksums(path)
+    except ConfigError:
+        return []
 
 
 def _write_checksums(path: Path, digests: list[str]) -> None:
@@ -186,7 +217,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
     ConfigError naming ``key`` and the path; a file without checksum (an earlier version's)
     loads the same safe way after a one-line warning."""
     path = Path(path)
-    expected = read_checksums(path)
+    expected = read_checksums(path, key)
     try:
         actual = file_sha256(path)
     except OSError as e:
@@ -210,10 +241,33 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
                                           f"file: {type(e).__name__}: {reason})") from None
+    bad = None if expected else non_finite({k: v for k, v in ckpt.items() if k != "config"}
+                                           if isinstance(ckpt, dict) else ckpt)
+    if bad is not None:        # a run never writes one (checked before every write): the file was changed
+        raise ConfigError(key, str(path), f"damaged checkpoint: {bad[0]} holds {bad[1]} (and it has no "
+                                          f"{checksum_path(path).name} to verify it); nothing was loaded: restore "
+                                          "it from a copy or start a new run")
     if not expected:
         log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
                     "(weights_only) but not verified", path, checksum_path(path).name)
     return ckpt
+
+
+def non_finite(value: Any, where: str = "") -> tuple[str, str] | None:
+    """(the first entry of ``value`` (nested dicts, lists) holding a NaN or an infinity, "NaN" or
+    "an infinity"), or None when every floating tensor and array in it is finite."""
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    elif isinstance(value, (torch.Tensor, np.ndarray, float)):
+        t = torch.as_tensor(value)
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return where, "NaN" if bool(torch.isnan(t).any()) else "an infinity"
+        return None
+    else:
+        return None
+    return next((bad for k, v in items if (bad := non_finite(v, k)) is not None), None)
 
 
 def resolve_resume_path(resume: str | os.PathLike) -> Path:

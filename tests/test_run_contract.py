@@ -1,0 +1,135 @@
+"""The run contract's mechanisms (docs/run_contract.md, issue 44), each table-driven over every entry
+point it applies to, through the real command line."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_runs import SMALL
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY = {"train": ("dadam3.train", [*SMALL, "loop.iterations=2"]),
+         "synthetic": ("dadam3.synthetic", ["iterations=50"])}
+
+
+def cli(module, *args, timeout=300, **kw):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, **kw)
+
+
+def said(stderr: str) -> list[str]:
+    """The lines an entry point printed on stderr that a user reads (errors, warnings, stops)."""
+    return [x for x in stderr.splitlines() if x.startswith(("error", "warning", "stopped", "Traceback"))
+            or "WARNING" in x]
+
+
+# ---------------------------------------------------------------- 3: overwrite deletes only what the run wrote
+
+@pytest.mark.parametrize("entry", ["train", "synthetic"])
+def test_overwrite_keeps_a_file_added_to_the_manifest_and_names_it(tmp_path, entry):
+    module, args = ENTRY[entry]
+    run = tmp_path / "run"
+    assert cli(module, *args, f"hydra.run.dir={run}").returncode == 0
+    with open(run / "manifest.txt", "a") as f:
+        f.write("thesis.tex\n")
+    (run / "thesis.tex").write_text("my thesis\n")
+    r = cli(module, *args, "overwrite=true", f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr
+    assert (run / "thesis.tex").read_text() == "my thesis\n"
+    [line] = [x for x in said(r.stdout + r.stderr) if "thesis.tex" in x]    # the job log's console: stdout
+    assert "kept thesis.tex" in line, r.stderr
+
+
+@pytest.mark.parametrize("entry", ["train", "synthetic"])
+def test_overwrite_refuses_a_run_file_replaced_since_and_deletes_nothing(tmp_path, entry):
+    """A name the run wrote, stamped, then replaced by another file (a user's file in its place):
+    overwrite=true would write there, so it is refused in one line, nothing deleted."""
+    module, args = ENTRY[entry]
+    run = tmp_path / "run"
+    assert cli(module, *args, f"hydra.run.dir={run}").returncode == 0
+    (run / "provenance.json").unlink()
+    (run / "provenance.json").write_text("[]\n")        # a new file (inode) in the run's place
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    r = cli(module, *args, "overwrite=true", f"hydra.run.dir={run}")
+    assert r.returncode == 2 and said(r.stderr) == [said(r.stderr)[0]], r.stderr
+    assert said(r.stderr)[0].startswith("error: overwrite=True: provenance.json in "), r.stderr
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
+
+
+# ---------------------------------------------------------------- 4: checksums in sha256sum's formats, or refused
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A finished 2-iteration run with its checkpoint."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    r = cli("dadam3.train", *ENTRY["train"][1], f"hydra.run.dir={run}")
+    assert r.returncode == 0, r.stderr
+    return run
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _nan_weights(path: Path) -> None:
+    """The checkpoint re-saved (torch's format, no checksum) with one weight NaN."""
+    import torch
+    ckpt = torch.load(path, weights_only=False)
+
+    def first(value):
+        if isinstance(value, dict):
+            return next((t for v in value.values() if (t := first(v)) is not None), None)
+        if isinstance(value, (list, tuple)):
+            return next((t for v in value if (t := first(v)) is not None), None)
+        return value if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() else None
+
+    weight = first({k: v for k, v in ckpt.items() if k != "config"})
+    weight[(0,) * weight.dim()] = float("nan")
+    torch.save(ckpt, path)
+    (path.parent / (path.name + ".sha256")).unlink()
+
+
+def _gnu(h, name):
+    return f"{h}  {name}\n"
+
+
+CHECKSUMS = {   # case: (the checksum file from (hash, name), damage the checkpoint, exit status, what stderr says)
+    "bsd tag, intact": (lambda h, n: f"SHA256 ({n}) = {h}\n", None, 0, None),
+    "upper case, intact": (lambda h, n: _gnu(h.upper(), n), None, 0, None),
+    "binary mode, intact": (lambda h, n: f"{h} *{n}\n", None, 0, None),
+    "bsd tag, damaged": (lambda h, n: f"SHA256 ({n}) = {h}\n", _flip_a_byte, 2, "corrupt checkpoint"),
+    "upper case, damaged": (lambda h, n: _gnu(h.upper(), n), _flip_a_byte, 2, "corrupt checkpoint"),
+    "empty": (lambda h, n: "", None, 2, "unreadable checksum file last.pt.sha256 (empty"),
+    "garbage": (lambda h, n: "not a hash\n", _flip_a_byte, 2, "unreadable checksum file last.pt.sha256 (line 1 "),
+    "short hash": (lambda h, n: _gnu(h[:40], n), None, 2, "unreadable checksum file"),
+    "no checksum, NaN weights": (None, _nan_weights, 2, "damaged checkpoint: "),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if CHECKSUMS[c][2] == 0 else [])
+                                  for c in CHECKSUMS])       # a resume that trains: > 20 s under load
+def test_a_checksum_is_read_in_sha256sums_formats_or_refused(trained, tmp_path, case):
+    import shutil
+    write, damage, status, words = CHECKSUMS[case]
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    ckpt = run / "checkpoints" / "last.pt"
+    digest = subprocess.run(["sha256sum", str(ckpt)], capture_output=True, text=True, check=True).stdout.split()[0]
+    if write is not None:
+        (ckpt.parent / "last.pt.sha256").write_text(write(digest, "last.pt"))
+    if damage is not None:
+        damage(ckpt)
+    log = (run / "metrics.jsonl").read_bytes()
+    r = cli("dadam3.train", f"resume={run}", "loop.iterations=3")
+    assert r.returncode == status, r.stderr
+    if status:
+        assert [x for x in r.stderr.splitlines() if x.strip()] == [said(r.stderr)[0]], r.stderr
+        assert said(r.stderr)[0].startswith(f"error: resume={run}") and words in r.stderr, r.stderr
+        assert "diverged" not in r.stderr and (run / "metrics.jsonl").read_bytes() == log
+    if case == "no checksum, NaN weights":
+        assert "holds NaN" in r.stderr
