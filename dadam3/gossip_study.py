@@ -31,10 +31,10 @@ final consensus distance (1/M) sum_i ||z_i - z_bar||^2.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -51,6 +51,7 @@ from dadam3.errors.config import ConfigError
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
+from dadam3.run.paths import ArgumentParser, path_argument
 from dadam3.run.job_log import record_provenance
 from dadam3.run.provenance import code_commit
 from dadam3.mixing import Mixer
@@ -282,7 +283,7 @@ def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int
         return 0
     _warm_up()
     t0, done = time.perf_counter(), 0
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals) as pool:
         futures = {pool.submit(run_cell, c, out): c for c in todo}
         try:
             for f in as_completed(futures):
@@ -294,30 +295,41 @@ def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int
         except KeyboardInterrupt:
             pool.shutdown(cancel_futures=True)
             raise
+        except Terminated:
+            for process in list(getattr(pool, "_processes", {}).values()):     # the running cells: ended now
+                process.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     print(f"gossip study: {done} cells in {time.perf_counter() - t0:.0f} s", flush=True)
     return done
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m dadam3.gossip_study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=None,
+    p = ArgumentParser(prog="python -m dadam3.gossip_study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=path_argument("--out"), default=None,
                    help="results folder (default results/gossip; results/gossip_heterogeneous with --heterogeneous)")
-    p.add_argument("--jobs", type=int, default=2, help="cells side by side (default 2)")
+    p.add_argument("--jobs", type=int, default=2, help="cells side by side (default 2, at most the cells)")
     p.add_argument("--smoke", action="store_true", help="a tiny grid (seconds), for the tests")
     p.add_argument("--heterogeneous", action="store_true", help="the heterogeneous game's grid (game.spread > 0)")
     a = p.parse_args(argv)
     a.out = a.out or Path("results/gossip_heterogeneous" if a.heterogeneous else "results/gossip")
-    if a.jobs < 1:
-        print(f"error: --jobs={a.jobs}: must be an integer >= 1", file=sys.stderr)
+    cells = len(grid(a.smoke, a.heterogeneous)[0])
+    refused = (f"--jobs={a.jobs}: must be an integer >= 1" if a.jobs < 1 else
+               f"--jobs={a.jobs}: more than the study's {cells} cells; at most {cells}" if a.jobs > cells else
+               f"--out={a.out}: not a directory" if a.out.exists() and not a.out.is_dir() else None)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
         sys.exit(2)
-    if a.out.exists() and not a.out.is_dir():
-        print(f"error: --out={a.out}: not a directory", file=sys.stderr)
-        sys.exit(2)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         study(a.out, a.jobs, a.smoke, a.heterogeneous)
     except KeyboardInterrupt:
         print("gossip study: interrupted; finished cells are kept, rerun to go on", file=sys.stderr)
         sys.exit(130)
+    except Terminated:
+        print("stopped: SIGTERM: the running cells were stopped; finished cells are kept, rerun to go on",
+              file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
     except BrokenProcessPool:
         print("gossip study: a worker process ended abruptly (killed?); finished cells are kept, rerun to go on",
               file=sys.stderr)
@@ -325,6 +337,22 @@ def main(argv=None) -> None:
     except (OSError, Diverged) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM to the study's main process (a scheduler's stop): its cells' processes are ended."""
+
+
+def _terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)     # one stop; a second SIGTERM while stopping adds nothing
+    raise Terminated
+
+
+def _worker_signals() -> None:
+    """A cell's process: SIGTERM ends it (the main process's handler is for the main process)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ sample of the runs one could make.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
@@ -29,13 +28,14 @@ import numpy as np
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import DataFileError
-from dadam3.run.paths import check_writable_file
+from dadam3.errors.pickled import Picklable
+from dadam3.run.paths import ArgumentParser, check_writable_file, path_argument
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-class PlotInputError(ValueError):
+class PlotInputError(Picklable, ValueError):
     """An input the figure cannot be drawn from: one line naming the file and what is wrong."""
 
 
@@ -233,11 +233,11 @@ FIGURES = {
 
 @exit_on_failure
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m dadam3.plot")
+    p = ArgumentParser(prog="python -m dadam3.plot")
     p.add_argument("figure", choices=list(FIGURES))
     p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
                    help="a curve: its label and a run directory (metrics.csv or metrics.jsonl)")
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--out", required=True, type=path_argument("--out"))
     a = p.parse_args(argv)
     needs, draw = FIGURES[a.figure]
     runs = {}

@@ -53,7 +53,8 @@ from dadam3.run.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance,
 from dadam3.optim import mixer_for
 from dadam3.run.directory import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
 from dadam3.run.manifest import RUN_FILES, run_files, stamp_manifest
-from dadam3.run.schema import SyntheticConfig, check_overrides, synthetic_settings
+from dadam3.run.command_line import check_command_line
+from dadam3.run.schema import SyntheticConfig, synthetic_settings
 from dadam3.run.signals import Interrupted, StopSignals
 from dadam3.run.sweep import sweep_job
 
@@ -224,4 +225,4 @@ if __name__ == "__main__":
     # the Hydra task by reference to the importable module (not __main__), so launchers that
     # pickle it (submitit) can
     from dadam3.synthetic import main as task
-    run_cli(task, groups=("optimizer", "topology"), check=partial(check_overrides, "synthetic"))
+    run_cli(task, groups=("optimizer", "topology"), check=partial(check_command_line, "synthetic"))

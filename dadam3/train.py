@@ -44,7 +44,7 @@ from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JobLog
 from dadam3.run.build import build_trainer
 from dadam3.run.directory import discard_if_unused
-from dadam3.run.schema import check_overrides
+from dadam3.run.command_line import check_command_line
 from dadam3.run.signals import StopSignals
 from dadam3.run.sweep import sweep_job
 from dadam3.run.start import resume_argv, start_run
@@ -93,4 +93,4 @@ if __name__ == "__main__":
     from dadam3.train import main as task
     sys.argv[1:] = resume_argv(sys.argv[1:])
     run_cli(task, groups=("optimizer", "topology", "dataset", "model", "logger", "loop", "experiment"),
-            check=partial(check_overrides, "train"))
+            check=partial(check_command_line, "train"))

@@ -34,7 +34,7 @@ LAYERS = (
                    "dadam3.run.manifest")),
     ("run schema", ("dadam3.run.schema", "dadam3.run.schema.")),
     ("run training", ("dadam3.run.records", "dadam3.run.state", "dadam3.run.trainer")),
-    ("run set-up", ("dadam3.run.directory", "dadam3.run.checks", "dadam3.run.build",
+    ("run set-up", ("dadam3.run.directory", "dadam3.run.command_line", "dadam3.run.checks", "dadam3.run.build",
                     "dadam3.run.start", "dadam3.run.sweep", "dadam3.run.job_log")),
     ("entry points", ("dadam3.train", "dadam3.synthetic", "dadam3.gossip_study", "dadam3.plot",
                       "dadam3.distributed.launch", "dadam3.report", "dadam3.report.")),

@@ -30,6 +30,7 @@ import sys
 from typing import Any, Callable, Sequence, TypeVar
 
 from dadam3.errors.config import check_range
+from dadam3.errors.pickled import Picklable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,7 +47,7 @@ def check_timeout(key: str, value) -> float:
 EXIT_PEER_FAILURE = 3
 
 
-class DistributedTimeout(RuntimeError):
+class DistributedTimeout(Picklable, RuntimeError):
     """A peer did not do its part within ``timeout_s``: it hung, or it died (gloo reports
     a dead peer at once). One line naming this rank, the peer rank(s) and the timeout; the
     training loop sets ``iteration`` (the one under way), said after the message."""

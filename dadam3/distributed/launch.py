@@ -70,6 +70,9 @@ def _forwarding(shutdown):
     return close
 
 
+ENTRY_CONFIGS = {"dadam3.train": "train", "dadam3.synthetic": "synthetic"}    # module -> its config
+
+
 @exit_on_failure
 def main(argv: list[str] | None = None) -> int:
     for sig in STOP_SIGNALS:
@@ -98,8 +101,12 @@ def _launch(argv: list[str] | None) -> int:
         if name.startswith(("torch.distributed.elastic", "torch.distributed.run", "torch.distributed.launcher")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.module and args.training_script in ENTRY_CONFIGS:     # refused once here, not once per rank
+        from dadam3.run.command_line import check_command_line
+        check_command_line(ENTRY_CONFIGS[args.training_script], args.training_script_args)
     try:
-        run(parse_args(sys.argv[1:] if argv is None else argv))       # torchrun's own main, without @record
+        run(args)       # torchrun's own main, without @record
     except ChildFailedError as e:
         said = sorted((r, f.exitcode) for r, f in e.failures.items() if f.exitcode > 0)
         if said:                                        # a rank said why, in its own line

@@ -20,7 +20,9 @@ import functools
 import gzip
 import json
 import os
+import signal
 import sys
+import time
 import zipfile
 import zlib
 from typing import Any, Callable, TypeVar
@@ -47,11 +49,31 @@ def exit_on_failure(fn: F) -> F:
             if os.environ.get("DADAM3_TRACEBACK") and not isinstance(e, (ConfigError, RunStopped)):
                 import traceback
                 traceback.print_exception(e)
+            if echo and isinstance(e, ConfigError) and _another_rank_of_this_machine():
+                _leave_it_to_local_rank_0(code)
             if echo:
                 print(line, file=sys.stderr, flush=True)
             _exit(code)
 
     return wrapper  # type: ignore[return-value]
+
+
+LINGER_S = 15.0     # how long a rank other than a machine's first waits for the first to say a refusal
+
+
+def _another_rank_of_this_machine() -> bool:
+    """Under torchrun: this process is not its machine's first rank (``LOCAL_RANK`` > 0)."""
+    return os.environ.get("LOCAL_RANK", "0") != "0"
+
+
+def _leave_it_to_local_rank_0(code: int) -> None:
+    """A refusal is said once per machine: every rank torchrun started checks the same command
+    line and config and refuses it alike, so a rank other than the first waits, silent, up to
+    :data:`LINGER_S` for torchrun to stop it (the first rank said it and exited): then it exits
+    silently with the same status. A refusal only this rank met is said after the wait."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: _exit(code))
+    time.sleep(LINGER_S)
 
 
 # what an OSError's errno calls for (the file is named before it)

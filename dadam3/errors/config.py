@@ -19,8 +19,10 @@ import math
 import numbers
 from typing import Any, Iterator, Mapping, Sequence
 
+from dadam3.errors.pickled import Picklable
 
-class ConfigError(ValueError):
+
+class ConfigError(Picklable, ValueError):
     """A config value is unknown, out of range or inconsistent.
 
     ``ConfigError(key, value, allowed)`` renders as ``"key=value: allowed"``. A message that

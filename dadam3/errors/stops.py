@@ -5,9 +5,10 @@ exit status and prefix), :class:`StoppedAtOnce` (a second stop signal: exit 128 
 from __future__ import annotations
 
 from dadam3.errors.config import ConfigError
+from dadam3.errors.pickled import Picklable
 
 
-class RunStopped(RuntimeError):
+class RunStopped(Picklable, RuntimeError):
     """A run ended early for a reason the user must act on; ``exit_code`` is its status.
     ``echo = False``: exit with the status but print nothing (a rank other than 0 stopping
     for a reason every rank agreed on: rank 0 says it once)."""
@@ -34,7 +35,7 @@ def stop_report(e: BaseException) -> tuple[int, str, bool]:
     raise TypeError(f"not a run-stopping error: {type(e).__name__}")
 
 
-class StoppedAtOnce(BaseException):
+class StoppedAtOnce(Picklable, BaseException):
     """A second stop signal, or one an iteration has not reached the end of in time: the run
     stops where it is, without a checkpoint of the iteration under way (a BaseException, like
     KeyboardInterrupt, so no ``except Exception`` keeps it)."""

@@ -5,13 +5,13 @@ A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.repor
 environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
 from dadam3.report.plan import PLAN_DIR
+from dadam3.run.paths import ArgumentParser, path_argument
 from dadam3.run.signals import exit_on_signals
 
 
@@ -19,9 +19,10 @@ from dadam3.run.signals import exit_on_signals
 def main(argv=None) -> None:
     from dadam3.report.build import write
 
-    p = argparse.ArgumentParser(prog="python -m dadam3.report", description=__doc__)
-    p.add_argument("--results", type=Path, default=Path("results"), help="the results folder (default: results)")
-    p.add_argument("--plans", type=Path, default=PLAN_DIR,
+    p = ArgumentParser(prog="python -m dadam3.report", description=__doc__)
+    p.add_argument("--results", type=path_argument("--results"), default=Path("results"),
+                   help="the results folder (default: results)")
+    p.add_argument("--plans", type=path_argument("--plans"), default=PLAN_DIR,
                    help="the folder of the analysis plans (default: the checkout's docs/analysis_plan)")
     a = p.parse_args(argv)
     if not a.results.is_dir():

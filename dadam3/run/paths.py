@@ -5,12 +5,16 @@ naming the key and the path; nothing is created.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from dadam3.errors.config import ConfigError
+
+NAME_MAX, PATH_MAX = 255, 4096          # Linux's, where the file system cannot say
 
 
 def check_usable_dir(key: str, path: Any) -> Path:
@@ -54,3 +58,66 @@ def mkstemp_umask(path: Path) -> tuple[int, str]:
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
     return fd, tmp
+def check_path(key: str, value: str | os.PathLike) -> Path:
+    """``value`` as a path the OS can create: no empty name, no NUL, newline or carriage return
+    (they break the run's one-line records and the shell commands it prints), each component at
+    most ``NAME_MAX`` bytes and the whole at most ``PATH_MAX`` (of the nearest existing
+    directory's file system). A one-line ConfigError naming ``key`` otherwise."""
+    text = os.fspath(value)
+    if not text.strip():
+        raise ConfigError(key, text, "an empty path; name a file or directory")
+    bad = next((c for c in ("\0", "\n", "\r") if c in text), None)
+    if bad is not None:
+        raise ConfigError(key, text.replace(bad, repr(bad)[1:-1]), f"holds the character {bad!r}, which a path of "
+                                                                   "a run may not hold; choose another name")
+    path = Path(os.path.abspath(os.path.expanduser(text)))
+    anchor = path
+    while not _exists(anchor) and anchor != anchor.parent:
+        anchor = anchor.parent
+    name_max, path_max = _limit(anchor, "PC_NAME_MAX", NAME_MAX), _limit(anchor, "PC_PATH_MAX", PATH_MAX)
+    long_name = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
+    if long_name is not None:
+        raise ConfigError(key, _short(text), f"the name {_short(long_name)} is {len(os.fsencode(long_name))} bytes "
+                                             f"long; this file system allows at most {name_max} per name")
+    if len(os.fsencode(str(path))) >= path_max:
+        raise ConfigError(key, _short(text), f"the path is {len(os.fsencode(str(path)))} bytes long; at most "
+                                             f"{path_max - 1} are allowed")
+    return Path(text)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose refusal is one line (``error: argument --flag: why``, exit status 2)
+    instead of its usage text and the message."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"error: {message}\n")
+        sys.exit(2)
+
+
+def path_argument(flag: str):
+    """An argparse ``type`` that checks a path with :func:`check_path` (the error names ``flag``)."""
+    def parse(text: str) -> Path:
+        try:
+            return check_path(flag, text)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(e.allowed) from None
+    parse.__name__ = "path"
+    return parse
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:            # a name too long to ask about
+        return False
+
+
+def _limit(anchor: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(anchor, name)
+    except (OSError, ValueError):
+        return default
+
+
+def _short(text: str, keep: int = 60) -> str:
+    return text if len(text) <= keep else f"{text[:keep]}...({len(text)} characters)"

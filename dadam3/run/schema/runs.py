@@ -157,6 +157,10 @@ class TrainConfig(Section):
         _check_meaningful_for_points(self)
         _check_evaluation_keys(self)
         _check_cuda_keys_on_cpu(self)
+        if self.loop.lr_warmup > self.loop.iterations:
+            raise ConfigError("loop.lr_warmup", self.loop.lr_warmup, f"longer than the run (loop.iterations="
+                                                                     f"{self.loop.iterations}): its step size would "
+                                                                     "never reach optimizer.lr; at most that")
         if self.placement == "local":
             for f in fields(self.distributed):
                 if getattr(self.distributed, f.name) != f.default:
@@ -193,7 +197,7 @@ def _alpha_used(c: Any) -> bool:
 # (dadam3.run.start.with_stored)
 ONLY_WITH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "distributed": (lambda c: c.placement == "distributed", "placement=distributed"),
-    "cuda": (lambda c: c.device != "cpu", "a CUDA device (not device=cpu)"),
+    "cuda": (lambda c: on_cuda(c.device), "a CUDA device (not device=cpu, nor device=auto without CUDA)"),
     **{f"metrics.{key}": (lambda c: c.metrics.every > 0, "metrics.every > 0 (metrics.every=0: no evaluation)")
        for key in IMAGE_METRICS_KEYS},
     "dataset.alpha": (_alpha_used, "dataset.partition=dirichlet"),
@@ -240,15 +244,22 @@ def _check_meaningful_for_points(s: TrainConfig) -> None:
         raise ConfigError("model.data_dim", s.model.data_dim, f"must be 2: dataset={s.dataset.name} is 2-D points")
 
 
+def on_cuda(device: Any) -> bool:
+    """Whether ``device`` runs on CUDA on this machine (``auto``: when there is CUDA)."""
+    return device.startswith("cuda") or device == "auto" and torch.cuda.is_available()
+
+
 def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
-    """``cuda.*`` set (not its default) with ``device=cpu``: applied only on a CUDA device."""
-    if s.device != "cpu":
+    """``cuda.*`` set (not its default) where the run is not on CUDA: ``device=cpu``, or ``auto`` on a
+    machine without CUDA (applied only on a CUDA device)."""
+    if on_cuda(s.device):
         return
+    where = "device=cpu" if s.device == "cpu" else f"device={s.device} is the CPU here: this machine has no CUDA"
     for f in fields(s.cuda):
         value = getattr(s.cuda, f.name)
         if value != f.default:
-            raise ConfigError(f"cuda.{f.name}", str(value).lower(), "only used on a CUDA device (device=cpu); "
-                                                                    "drop it or use device=cuda")
+            raise ConfigError(f"cuda.{f.name}", str(value).lower(), f"only used on a CUDA device ({where}); "
+                                                                    "drop it or use device=cuda on a CUDA machine")
 
 
 @dataclass

@@ -1,0 +1,94 @@
+"""Every entry point's command line, checked whole before anything acts on it: before Hydra
+composes or creates a directory, before torchrun starts a rank, before a study or a plot writes.
+
+:func:`check_command_line` (``python -m dadam3.train`` and ``dadam3.synthetic``, and the launcher
+for the command it starts) checks, each refusal one line (``error: key=value: what is allowed``,
+exit status 2):
+
+* a ``--multirun`` whose jobs would continue the same run (``resume=RUN`` with a swept key);
+* every path given (Hydra's run and sweep directories, the schema's path keys): its length
+  against the file system's ``NAME_MAX`` and ``PATH_MAX`` and its characters (:func:`check_path`);
+* every override's key, type and range against the schema
+  (:func:`dadam3.run.schema.check_overrides`);
+* for a single run that starts afresh, the whole composed config as the run will read it (the
+  settings' cross-checks: an option that cannot apply on this machine, ``loop.lr_warmup`` longer
+  than the run, ...), so no refusal waits for Hydra's directory.
+
+The argparse entry points (gossip study, plot, report) check theirs with the same path check and a
+parser whose refusal is one line (:mod:`dadam3.run.paths`: ``ArgumentParser``, ``path_argument``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from dadam3.errors.config import ConfigError
+from dadam3.run.paths import check_path
+from dadam3.run.schema import check_overrides, compose, synthetic_settings, train_settings
+
+DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+# the schema's keys whose value is a path (read or written by the run)
+PATH_KEYS = ("resume", "dataset.root", "metrics.cache_dir", "metrics.inception_weights", "topology.file",
+             "logger.dir", "logger.save_dir")
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def check_command_line(config_name: str, argv: Sequence[str]) -> None:
+    """The whole command line of ``python -m dadam3.<config_name>`` (see the module docstring)."""
+    parsed = _parsed(argv)
+    multirun = any(a in MULTIRUN_FLAGS for a in argv) or any(
+        o.key_or_group == "hydra.mode" and str(o.value()).upper() == "MULTIRUN" for o in parsed)
+    for o in parsed:
+        if o.key_or_group in (*DIR_KEYS, *PATH_KEYS):
+            for value in _values(o):
+                if isinstance(value, str) and "${" not in value:
+                    check_path(o.key_or_group, value)
+    if multirun:
+        check_sweep_of_resume(parsed)
+    check_overrides(config_name, argv)
+    if not multirun and not any(o.key_or_group == "resume" for o in parsed):       # a resume's config is its run's
+        overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra")
+                     or o.key_or_group == "hydra.searchpath"]
+        cfg = compose(config_name, overrides)
+        (train_settings if config_name == "train" else synthetic_settings)(cfg)
+
+
+def check_sweep_of_resume(parsed: Sequence[Any]) -> None:
+    """A ``--multirun`` with ``resume=`` runs one job per run it resumes: a swept key beside it would
+    have several jobs continue one run (job 0 extends it, job 1 would extend job 0's under other
+    values). Refused in one line: sweep ``resume=`` alone, or start each job afresh."""
+    resume = next((o for o in parsed if o.key_or_group == "resume"), None)
+    if resume is None or not any(_values(resume)):
+        return
+    runs = len(_values(resume))
+    jobs = math.prod(len(_values(o)) or 1 for o in parsed if o.is_sweep_override())
+    if jobs > runs:
+        swept = [o.input_line for o in parsed if o.is_sweep_override() and o is not resume]
+        raise ConfigError("resume", resume.get_value_element_as_str(),
+                          f"cannot be combined with a --multirun over {', '.join(swept)}: its {jobs} jobs would "
+                          f"continue {runs} run(s), each job one run; resume each run with its own values, or "
+                          "sweep without resume= (each job a new run)")
+
+
+def _parsed(argv: Sequence[str]) -> list:
+    out = []
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        try:
+            out += OverridesParser.create().parse_overrides([arg])
+        except HydraException:          # not an override: Hydra says why
+            continue
+    return out
+
+
+def _values(o: Any) -> list:
+    if not o.is_sweep_override():
+        return [o.value()]
+    try:
+        return list(o.sweep_string_iterator())
+    except HydraException:
+        return []
