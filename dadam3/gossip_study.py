@@ -48,6 +48,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import write_text_whole
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
@@ -211,8 +212,8 @@ def run_cell(cell: Cell, out: Path) -> dict:
     d.mkdir(parents=True, exist_ok=True)
     (d / SUMMARY).unlink(missing_ok=True)
     (d / ".hydra").mkdir(exist_ok=True)
-    (d / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    (d / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cell.overrides())))
+    write_text_whole(d / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+    write_text_whole(d / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(cell.overrides())))
     (d / "provenance.json").unlink(missing_ok=True)
     record_provenance(d, "cpu", 0)
     t0 = time.perf_counter()
@@ -278,7 +279,7 @@ def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int
             "not_built": skipped, "smoke": smoke,
             **({"spreads": sorted({c.spread for c in cells}), "iterations": max(c.iterations for c in cells)}
                if heterogeneous else {})}
-    (out / STUDY).write_text(json.dumps(spec, indent=1) + "\n")
+    write_text_whole(out / STUDY, json.dumps(spec, indent=1) + "\n")
     if not todo:
         return 0
     _warm_up()

@@ -27,7 +27,7 @@ import numpy as np
 
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import DataFileError
+from dadam3.errors.files import DataFileError, WriteFailed, write_text_whole, write_whole
 from dadam3.errors.pickled import Picklable
 from dadam3.run.paths import ArgumentParser, check_writable_file, path_argument
 
@@ -77,9 +77,9 @@ def fig1(runs: dict[str, Path], out: Path) -> None:
 def _save(fig, out: Path) -> None:
     fig.tight_layout()
     try:
-        fig.savefig(out, dpi=150)
-    except OSError as e:
-        raise PlotInputError(f"--out={out}: cannot be written ({e.strerror or e})") from None
+        write_whole(out, lambda f: fig.savefig(f, dpi=150, format=out.suffix[1:].lower()))
+    except WriteFailed as e:
+        raise PlotInputError(f"--out={out}: cannot be written ({e.reason})") from None
     finally:
         plt.close(fig)
 
@@ -208,9 +208,9 @@ def summary(runs: dict[str, list[Path]], out: Path) -> None:
     lines += ["", "Last evaluation of each run; with several seeds, mean ± sample standard deviation (n − 1) "
                   "over them."]
     try:
-        out.write_text("\n".join(lines) + "\n")
-    except OSError as e:
-        raise PlotInputError(f"--out={out}: cannot be written ({e.strerror or e})") from None
+        write_text_whole(out, "\n".join(lines) + "\n")
+    except WriteFailed as e:
+        raise PlotInputError(f"--out={out}: cannot be written ({e.reason})") from None
 
 
 FIGURES = {

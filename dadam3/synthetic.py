@@ -28,9 +28,9 @@ if __name__ == "__main__":          # first: a stop signal while torch, numba an
 
 import contextlib
 import csv
+import io
 import json
 import logging
-import os
 import signal
 from functools import partial
 from pathlib import Path
@@ -44,7 +44,7 @@ from dadam3.run.config import CONFIG_DIR
 from dadam3.run.schema.presets import run_cli
 from dadam3.errors.boundary import exit_on_failure, failure_of
 from dadam3.errors.config import ConfigError, named_as
-from dadam3.errors.files import writing
+from dadam3.errors.files import write_whole, writing
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted, SyntheticResult, estimate_bytes,
                                         run_synthetic)
@@ -114,17 +114,14 @@ def write_results(out_dir: Path, result: SyntheticResult, status: dict) -> None:
 
 
 def _write_whole(path: Path, write) -> None:
-    """``write(file)`` into ``.<name>.tmp`` beside ``path``, renamed into place; a failure is
-    :class:`~dadam3.errors.files.WriteFailed` naming ``path``, the temporary file removed."""
-    tmp = path.parent / f".{path.name}.tmp"
-    with writing(path):
-        try:
-            with open(tmp, "w", newline="") as f:
-                write(f)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+    """``write(text file)`` through :func:`~dadam3.errors.files.write_whole` (a temporary file renamed
+    into place; a failure is :class:`~dadam3.errors.files.WriteFailed` naming ``path``)."""
+    def text(f) -> None:
+        wrapper = io.TextIOWrapper(f, encoding="utf-8", newline="")
+        write(wrapper)
+        wrapper.flush()
+        wrapper.detach()
+    write_whole(path, text)
 
 
 def synthetic_run(cfg: DictConfig, out_dir: Path, stop: StopSignals) -> SyntheticResult:

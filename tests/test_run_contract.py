@@ -133,3 +133,40 @@ def test_a_checksum_is_read_in_sha256sums_formats_or_refused(trained, tmp_path, 
         assert "diverged" not in r.stderr and (run / "metrics.jsonl").read_bytes() == log
     if case == "no checksum, NaN weights":
         assert "holds NaN" in r.stderr
+
+
+# ---------------------------------------------------------------- 8: whole files under a temporary name, renamed
+
+def _fsize(limit):
+    import resource
+
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return set_limit
+
+
+def _png_sample(tmp_path, limit):
+    run = tmp_path / "run"
+    r = cli("dadam3.train", *SMALL, "metrics.every=0", "loop.sample_every=2", "loop.checkpoint_every=1000",
+            "loop.iterations=4", f"hydra.run.dir={run}", preexec_fn=_fsize(limit))
+    return r, run / "samples"
+
+
+def _png_plot(tmp_path, limit):
+    run = tmp_path / "synthetic"
+    assert cli("dadam3.synthetic", "iterations=200", f"hydra.run.dir={run}").returncode == 0
+    out = tmp_path / "figure"
+    out.mkdir()
+    r = cli("dadam3.plot", "fig1", f"--run=a={run}", f"--out={out / 'fig1.png'}", preexec_fn=_fsize(limit))
+    return r, out
+
+
+@pytest.mark.parametrize("entry", ["train samples", "plot"])
+def test_an_image_that_cannot_be_written_whole_leaves_no_file_and_is_one_line(tmp_path, entry):
+    """Past the file-size limit (as a full disk): the PNG is written under a temporary name and
+    renamed only when complete, so no empty or partial PNG and no temporary file is left."""
+    r, where = (_png_sample if entry == "train samples" else _png_plot)(tmp_path, 20_000)   # a PNG: > 20 kB
+    assert r.returncode in (1, 2), r.stderr
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("error")]
+    assert ".png" in line and ("limit" in line or "too large" in line.lower()), r.stderr
+    assert not [p for p in where.rglob("*") if p.is_file()], sorted(where.rglob("*"))

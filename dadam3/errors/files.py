@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
 
@@ -78,3 +78,29 @@ def writing(path: Any, whole_file: bool = False) -> Iterator[None]:
         if not isinstance(e, Exception):
             raise
         raise WriteFailed(path, write_failure_reason(e, path)) from None
+
+
+def write_whole(path: Any, write: Callable[[BinaryIO], Any]) -> None:
+    """``write(file)`` into a temporary file beside ``path`` (``.<name>.<pid>.tmp``), flushed to the
+    disk and renamed into place only when complete: a full disk or a file-size limit never
+    leaves a partial or empty file at ``path`` (PIL and matplotlib write through buffers whose
+    failure can come at close). A failure is :class:`WriteFailed` naming ``path``, the temporary
+    file removed, ``path`` as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with writing(path):
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def write_text_whole(path: Any, text: str) -> None:
+    """:func:`write_whole` of ``text`` (UTF-8)."""
+    write_whole(path, lambda f: f.write(text.encode("utf-8")))

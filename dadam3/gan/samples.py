@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 from torch import Tensor
 
-from dadam3.errors.files import writing
+from dadam3.errors.files import write_whole, writing
 from dadam3.gan.stacked import StackedNet
 
 Sampler = Callable[[int], Tensor]          # n -> n generated samples
@@ -61,8 +61,8 @@ def save_image_grids(G: StackedNet, iteration: int, z: Tensor, out_dir: Path, lo
     per_node, averaged = generate(G, z)
     grids = [(per_node[i], out_dir / f"iter_{iteration:06d}_node{i:02d}.png") for i in range(G.num_nodes)]
     for images, path in [*grids, (averaged, out_dir / f"iter_{iteration:06d}_avg.png")]:
-        with writing(path, whole_file=True):      # a failed write: one line, no partial PNG left
-            save_image(to_unit_range(images), path, nrow=8)
+        # written under a temporary name, renamed when complete: a failed write is one line, no partial PNG
+        write_whole(path, lambda f, images=images: save_image(to_unit_range(images), f, nrow=8, format="png"))
     if logger is not None:
         logger.log_images("samples/averaged", averaged, step=iteration)
 
@@ -90,8 +90,7 @@ def save_point_scatter(G: StackedNet, iteration: int, z: Tensor, centers: Tensor
     fig.tight_layout()
     path = out_dir / f"iter_{iteration:06d}.png"
     try:
-        with writing(path, whole_file=True):
-            fig.savefig(path, dpi=100)
+        write_whole(path, lambda f: fig.savefig(f, dpi=100, format="png"))
     finally:
         plt.close(fig)
 

@@ -17,11 +17,9 @@
   user names with ``hydra.run.dir`` (its log starts at the checkpoint's iteration).
 * ``resume=RUN hydra.run.dir=OTHER`` (OTHER not RUN) **branches**: a new run in OTHER starts from
   RUN's checkpoint (a new run id, its log from the checkpoint's iteration); RUN is not touched.
-* A lock (``.lock``, ``flock``-ed for the life of the process, so it is released when the
-  process dies) refuses a second live writer.
+* A lock (``.lock``, ``flock``-ed while the process lives) refuses a second live writer.
 * Stray temporaries of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are deleted at claim.
-* Resuming: the checkpoint is checked against the run's config by
-  :func:`dadam3.run.checkpoint.resume.check_resume` (its kind; which keys may change).
+* Resuming: :func:`dadam3.run.checkpoint.resume.check_resume` checks the checkpoint against the config.
 """
 from __future__ import annotations
 
@@ -42,6 +40,7 @@ from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_i
 from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import write_text_whole
 from dadam3.run.paths import check_usable_dir
 from dadam3.run.manifest import LOCK_FILE, MANIFEST, deletable, read_stamps, run_files, train_writes, write_manifest
 from dadam3.run.schema import TrainConfig, may_change_on_resume
@@ -100,7 +99,7 @@ class RunDir:
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
             write_manifest(self.path, (*earlier, *self.writes), {} if self.new_id else read_stamps(self.path))
         if self.new_id or read_run_id(self.path) is None:     # a fresh run; an adopted run written before ids
-            (self.path / RUN_ID_FILE).write_text(uuid.uuid4().hex + "\n", encoding="ascii")
+            write_text_whole(self.path / RUN_ID_FILE, uuid.uuid4().hex + "\n")
             self.made.append(RUN_ID_FILE)
         removed = remove_stray_temporaries(self.path / CHECKPOINT_DIR)
         if removed:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import writing
+from dadam3.errors.files import write_text_whole, writing
 from dadam3.errors.stops import RunStopped
 from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
 
@@ -119,7 +119,7 @@ def write_files(files: Mapping[Path, str]) -> None:
     for path, text in files.items():
         with writing(path):
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_text_whole(path, text)
 
 
 def _device_model(device: str) -> str:

@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import writing
+from dadam3.errors.files import write_whole, writing
 from dadam3.run.rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -161,9 +161,9 @@ class JsonlLogger:
         from torchvision.utils import save_image
 
         out = self.path.parent / "images" / key.replace("/", "_") / f"{int(step):08d}.png"
-        with writing(out, whole_file=True):
+        with writing(out):
             out.parent.mkdir(parents=True, exist_ok=True)
-            save_image(_images_to_grid(images, nrow), out)
+        write_whole(out, lambda f: save_image(_images_to_grid(images, nrow), f, format="png"))
         return out
 
     def finish(self) -> None:
