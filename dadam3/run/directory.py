@@ -42,6 +42,7 @@ from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_text_whole
 from dadam3.run.paths import check_usable_dir
+from dadam3.run.rewind import check_log_not_ahead
 from dadam3.run.manifest import LOCK_FILE, MANIFEST, deletable, read_stamps, run_files, train_writes, write_manifest
 from dadam3.run.schema import TrainConfig, may_change_on_resume
 
@@ -159,6 +160,8 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             raise ConfigError("resume", resume, f"{why_not}; a resume continues only a checkpoint in its own run's "
                                                 f"{CHECKPOINT_DIR}/: to continue this one in a new directory, name it "
                                                 "with hydra.run.dir=NEW")
+        if home is not None:        # a finished log ahead of its checkpoint: named before loop.iterations is
+            check_log_not_ahead(home / "metrics.jsonl", ckpt["iteration"], config, resume)
         changed = check_resume(ckpt, path, config, may_change_on_resume, TrainConfig.renamed)
     run_dir = Path(home or run_dir)
     check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
@@ -185,10 +188,8 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
 
 def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool) -> tuple[str, ...]:
     """What ``overwrite=true`` deletes in ``run_dir`` before a new run writes ``writes`` there: the
-    earlier run's files (:func:`run_files`). Refused (one line, nothing deleted): a directory
-    holding names a run writes but no run, or names its run did not write; a run, without
-    ``overwrite`` (the hint to resume only where a resume can continue it: ``fresh``, a log and
-    a checkpoint)."""
+    earlier run's files (:func:`run_files`). Refused (one line, nothing deleted): names a run writes
+    but no run, or names its run did not write; a run, without ``overwrite``."""
     present, theirs = run_files(run_dir, writes)
     if not present:
         return ()
@@ -287,8 +288,7 @@ def _created_by_this_process(path: Path) -> bool:
 
 
 def discard_if_unused(path: Path) -> None:
-    """Remove ``path`` and its parents that this process created while they are empty (never a
-    directory that existed before, never one holding anything)."""
+    """Remove ``path`` and its parents that this process created while they are empty (nothing else)."""
     path = Path(os.path.abspath(path))
     while _created_by_this_process(path):
         try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from dadam3.errors.config import ConfigError
 from dadam3.run.paths import mkstemp_umask
 
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
@@ -71,6 +72,22 @@ def read_records(path: Path) -> list[dict]:
     except OSError:
         return []
     return [r for r in map(parse_record, lines) if r is not None]
+
+
+def check_log_not_ahead(path: Path, k: int, config: Mapping[str, Any], resume: str) -> None:
+    """A resume that would stop at once (``config``'s ``loop.iterations`` <= the checkpoint's
+    iteration ``k``) of a run whose log (``path``) says it finished later than ``k``: its checkpoint
+    is behind its log (an older ``last.pt`` put back), the cause to name, not ``loop.iterations``."""
+    target = (config.get("loop") or {}).get("iterations")
+    if not isinstance(target, int) or target > k:
+        return
+    done = [r for r in read_records(path) if r.get("status") == "finished"]
+    if done and isinstance(done[-1].get("iteration"), int) and done[-1]["iteration"] > k:
+        n = done[-1]["iteration"]
+        raise ConfigError("resume", resume, f"the run's log says it finished at iteration {n}, but its checkpoint is "
+                                            f"at iteration {k} (an older checkpoint put back?): restore the checkpoint "
+                                            f"of iteration {n}, or redo iterations {k + 1}-{n} from this one with "
+                                            f"loop.iterations={n}")
 
 
 def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:

@@ -184,6 +184,10 @@ def _records(sweep_dir: str) -> list[dict]:
 
 
 def _record_job(sweep_dir: str, job: dict) -> None:
+    """``job``'s line in ``sweep_status.jsonl``, written by its first rank only (submitit starts a
+    job's ranks as tasks of one SLURM job: the job is one line, not one per rank)."""
+    if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
+        return
     with open(Path(sweep_dir) / SWEEP_STATUS, "a", encoding="utf-8") as f:
         f.write(json.dumps(job) + "\n")
 
@@ -210,7 +214,9 @@ class SweepStatus(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
-        jobs = [j for j in _records(config.hydra.sweep.dir) if j.get("invocation") == self._invocation]
+        # each job once (its last record): a job of several ranks (submitit's tasks) is one job
+        jobs = list({j.get("job"): j for j in _records(config.hydra.sweep.dir)
+                     if j.get("invocation") == self._invocation}.values())
         failed = [j for j in jobs if j.get("status") != "finished"]
         if not failed:
             print(f"sweep: all {len(jobs)} jobs finished", file=sys.stderr, flush=True)
