@@ -170,3 +170,101 @@ def test_an_image_that_cannot_be_written_whole_leaves_no_file_and_is_one_line(tm
     [line] = [x for x in r.stderr.splitlines() if x.startswith("error")]
     assert ".png" in line and ("limit" in line or "too large" in line.lower()), r.stderr
     assert not [p for p in where.rglob("*") if p.is_file()], sorted(where.rglob("*"))
+
+
+# ---------------------------------------------------------------- 5-7: the command line, checked before Hydra
+
+LONG = "x" * 300
+REFUSED = [     # (entry point, its arguments, the line's start): one line, exit status 2, no directory made
+    ("dadam3.train", ["experiment=toy_gaussians", f"hydra.run.dir={{tmp}}/{LONG}"], "error: hydra.run.dir="),
+    ("dadam3.synthetic", [f"hydra.run.dir={{tmp}}/{LONG}"], "error: hydra.run.dir="),
+    ("dadam3.train", ["experiment=toy_gaussians", "-m", "seed=0,1", f"hydra.sweep.dir={{tmp}}/{LONG}"],
+     "error: hydra.sweep.dir="),
+    ("dadam3.train", ["experiment=toy_gaussians", "hydra.run.dir={tmp}/a\nb"], "error: hydra.run.dir="),
+    ("dadam3.train", ["experiment=toy_gaussians", "device=auto", "cuda.graphs=true", "hydra.run.dir={tmp}/r"],
+     "error: cuda.graphs=true: only used with a CUDA device"),
+    ("dadam3.train", ["experiment=toy_gaussians", "loop.iterations=10", "loop.lr_warmup=11", "hydra.run.dir={tmp}/r"],
+     "error: loop.lr_warmup=11: longer than the run (loop.iterations=10)"),
+    ("dadam3.train", ["experiment=toy_gaussians", "loop.iterations=ten", "hydra.run.dir={tmp}/r"],
+     "error: loop.iterations=ten"),
+    ("dadam3.synthetic", ["nodes=-1", "hydra.run.dir={tmp}/r"], "error: nodes=-1"),
+    ("dadam3.train", ["resume={tmp}/run", "optimizer.lr=1e-3,5e-3", "--multirun", "hydra.sweep.dir={tmp}/s"],
+     "error: resume={tmp}/run: cannot be combined with a --multirun over optimizer.lr=1e-3,5e-3"),
+    ("dadam3.distributed.launch", ["--standalone", "--nproc-per-node=2", "-m", "dadam3.train",
+                                   "experiment=toy_gaussians", "placement=distributed", "loop.iterations=10",
+                                   "loop.lr_warmup=11", "hydra.run.dir={tmp}/r"], "error: loop.lr_warmup=11"),
+    ("dadam3.gossip_study", ["--smoke", "--jobs", "64", "--out", "{tmp}/g"], "error: --jobs=64: more than the study's"),
+    ("dadam3.gossip_study", ["--smoke", "--out", f"{{tmp}}/{LONG}"], "error: argument --out: the name"),
+    ("dadam3.plot", ["fig1", "--run=a={tmp}", f"--out={{tmp}}/{LONG}.png"], "error: argument --out: the name"),
+    ("dadam3.report", [f"--results={{tmp}}/{LONG}"], "error: argument --results: the name"),
+]
+
+
+@pytest.mark.parametrize("module, args, start", REFUSED, ids=[f"{m.split('.')[-1]}-{i}" for i, (m, _, _) in
+                                                               enumerate(REFUSED)])
+def test_a_bad_command_line_is_one_line_before_anything_is_made(tmp_path, module, args, start):
+    (tmp_path / "run").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    r = cli(module, *[a.replace("{tmp}", str(tmp_path)) for a in args], timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(start.replace("{tmp}", str(tmp_path))), r.stderr[-2000:]
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_every_project_error_survives_a_pickle_round_trip():
+    """Sent between ranks (torch.distributed's object collectives pickle them) or back from a job
+    process: the same type, line, fields and echo."""
+    import pickle
+
+    from dadam3.distributed.failures import DistributedTimeout
+    from dadam3.errors.config import ConfigError
+    from dadam3.errors.files import DataFileError, WriteFailed
+    from dadam3.errors.stops import Diverged, StoppedAtOnce
+    from dadam3.gan.finiteness import TrainingDiverged
+    from dadam3.plot import PlotInputError
+    from dadam3.run.checkpoint.files import CheckpointNotWritten
+    from dadam3.run.signals import Interrupted
+    refused = ConfigError("rows", 4, "must be an integer divisor of {nodes}", refs={"nodes": 6}, said={"nodes": "n"})
+    refused.echo = False
+    for error in (refused, WriteFailed("/x/y.png", "No space left on device (ENOSPC)"), Interrupted("SIGTERM", 15),
+                  DataFileError("/d/x.gz", "truncated", line=3), Diverged("at iteration 3"),
+                  StoppedAtOnce(15, "second SIGTERM"), DistributedTimeout("peer gone", 1, [0], 30.0),
+                  PlotInputError("--out=x: empty"), TrainingDiverged.__new__(TrainingDiverged, "node 2"),
+                  CheckpointNotWritten.__new__(CheckpointNotWritten, "full")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error) and again.__dict__ == error.__dict__
+
+
+def test_the_gossip_study_stops_on_sigterm_with_one_line_and_143(tmp_path):
+    import signal
+    import time
+    p = subprocess.Popen([sys.executable, "-m", "dadam3.gossip_study", "--smoke", "--jobs", "2", "--out",
+                          str(tmp_path / "g")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("gossip study: ")         # started: its cells are under way
+    time.sleep(2)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 143, err
+    assert [x for x in err.splitlines() if x.strip()] == [
+        "stopped: SIGTERM: the running cells were stopped; finished cells are kept, rerun to go on"], err
+
+
+# ---------------------------------------------------------------- 9: messages that name the real cause
+
+def test_a_resume_whose_log_finished_after_its_checkpoint_names_that(trained, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    older = tmp_path / "older"
+    shutil.copytree(run / "checkpoints", older)
+    r = cli("dadam3.train", f"resume={run}", "loop.iterations=4")
+    assert r.returncode == 0, r.stderr
+    for name in ("last.pt", "last.pt.sha256"):           # the checkpoint of iteration 2 put back
+        shutil.copy(older / name, run / "checkpoints" / name)
+    r = cli("dadam3.train", f"resume={run}")
+    assert r.returncode == 2
+    assert [x for x in r.stderr.splitlines() if x.strip()] == [
+        f"error: resume={run}: the run's log says it finished at iteration 4, but its checkpoint is at iteration 2 "
+        "(an older checkpoint put back?): restore the checkpoint of iteration 4, or redo iterations 3-4 from this "
+        "one with loop.iterations=4"], r.stderr

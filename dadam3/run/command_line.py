@@ -80,8 +80,14 @@ def _parsed(argv: Sequence[str]) -> list:
             continue
         try:
             out += OverridesParser.create().parse_overrides([arg])
-        except HydraException:          # not an override: Hydra says why
-            continue
+        except HydraException:
+            if "=" not in arg:          # a flag's value (--cfg job): Hydra reads it
+                continue
+            key, _, value = arg.partition("=")
+            shown = value.encode("unicode_escape").decode("ascii")
+            raise ConfigError(key, shown, "not a value Hydra's override grammar can read (a newline, a bracket or "
+                                          f"a quote it does not allow): quote it, {key}='...', or choose "
+                                          "another") from None
     return out
 
 
