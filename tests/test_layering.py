@@ -25,7 +25,8 @@ LAYERS = (
                 "dadam3.ordered_mix", "dadam3.ordered_mix_triton", "dadam3.mixing", "dadam3.distributed",
                 "dadam3.distributed.")),
     ("science", ("dadam3.optim", "dadam3.optim.", "dadam3.data", "dadam3.data.", "dadam3.games.",
-                 "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.")),
+                 "dadam3.games", "dadam3.metrics", "dadam3.metrics.", "dadam3.gan", "dadam3.gan.",
+                 "dadam3.gossip_bytes")),
     # the run machinery (dadam3/run/): files and records below the schema, the training loop
     # above it (it reads the schema's LoopSettings), the set-up of a run on top
     ("run files", ("dadam3.run", "dadam3.run.paths", "dadam3.run.config", "dadam3.run.cuda_flags",
