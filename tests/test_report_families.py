@@ -174,7 +174,7 @@ def test_an_unfinished_fresh_seed_is_named_and_the_claim_waits(setup):
     make_run(results, "adam3", 8e-4, 7, 80.0)
     make_run(results, "oadagrad", 2e-2, 7, 120.0, finished=False)
     fam = family(results, plans)
-    assert fam.queue == ["fresh: wait for or resume oadagrad@2e-2 seeds 7 (unfinished)"]
+    assert fam.queue == ["fresh: wait for or resume oadagrad@2e-2 seed 7 (unfinished)"]
     assert fam.rows[0].state == "awaiting runs (4 of 5 fresh seeds finished on both sides)"
     assert fam.rows[0].left_out == ["seed 7: OAdagrad @ 2e-2 unfinished (last iteration 200 of 200)"]
 

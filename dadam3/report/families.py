@@ -31,9 +31,11 @@ def lr_folder(lr: float) -> str:
 
 
 def seeds_text(seeds) -> str:
-    """Seeds for the queue, ASCII: ``0-2`` for consecutive ones, else ``0,2,5``."""
+    """Seeds for the queue, ASCII: ``seed 2``, ``seeds 0-2`` for consecutive ones, else ``seeds 0,2,5``."""
     s = sorted(seeds)
-    return f"{s[0]}-{s[-1]}" if len(s) > 1 and s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s))
+    if len(s) <= 1:
+        return f"seed {s[0]}" if s else "no seed"
+    return "seeds " + (f"{s[0]}-{s[-1]}" if s == list(range(s[0], s[-1] + 1)) else ",".join(map(str, s)))
 
 
 def measure(run: Run, name: str, key: str) -> float | None:
@@ -300,8 +302,8 @@ def build(root: Path, plan: Plan) -> Family:
     sel_runs: list[tuple[str, Run]] = []
     for m, sel in selections.items():
         for lr, absent, running in sel.missing:
-            queue += [f"selection not finished: run {m}@{lr_folder(lr)} on seeds {seeds_text(absent)}"] * bool(absent)
-            queue += [f"selection not finished: wait for or resume {m}@{lr_folder(lr)} seeds "
+            queue += [f"selection not finished: run {m}@{lr_folder(lr)} on {seeds_text(absent)}"] * bool(absent)
+            queue += [f"selection not finished: wait for or resume {m}@{lr_folder(lr)} "
                       f"{seeds_text(running)} (unfinished)"] * bool(running)
         sel_runs += [(unit_name(m, lr), r) for lr in sel.tried for s, r in units.get(unit_name(m, lr), {}).items()
                      if s in plan.selection_seeds]
@@ -314,8 +316,8 @@ def build(root: Path, plan: Plan) -> Family:
         absent = [s for s in plan.fresh_seeds if s not in have]
         running = [s for s in plan.fresh_seeds if s in have and have[s].status not in DONE]
         where = f"{u} ({arm_folder(plan, u)})" if u in plan.arms else u
-        queue += [f"fresh: run {where} on seeds {seeds_text(absent)}"] * bool(absent)
-        queue += [f"fresh: wait for or resume {where} seeds {seeds_text(running)} (unfinished)"] * bool(running)
+        queue += [f"fresh: run {where} on {seeds_text(absent)}"] * bool(absent)
+        queue += [f"fresh: wait for or resume {where} {seeds_text(running)} (unfinished)"] * bool(running)
     fresh_runs = [(u, r) for u in fresh_units for s, r in units.get(u, {}).items() if s in plan.fresh_seeds]
     env = environment(sel_runs + fresh_runs)
     rows = []
