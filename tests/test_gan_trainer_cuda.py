@@ -175,7 +175,10 @@ class Harness:
         """torchvision's save_image up to the write (the PNG needs values)."""
         grid = torchvision.utils.make_grid(tensor, **kwargs)
         grid.mul(255).add_(0.5).clamp_(0, 255).permute(1, 2, 0).to("cpu", torch.uint8)
-        self.images.append((Path(fp).name, tensor.device, tuple(grid.shape)))
+        name = Path(getattr(fp, "name", fp)).name       # a file object: errors.files.write_whole's temporary
+        if name.startswith(".") and name.endswith(".tmp"):   # .<name>.<pid>.tmp -> <name>
+            name = name[1:].rsplit(".", 2)[0]
+        self.images.append((name, tensor.device, tuple(grid.shape)))
 
 
 @pytest.fixture

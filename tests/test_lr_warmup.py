@@ -1,12 +1,18 @@
 """loop.lr_warmup (dadam3/run/trainer.py): iteration k steps with lr · min(1, k / N), both players,
 every optimizer alike; the configured lr stays in the optimizers (and checkpoints), so a resume
 mid-warm-up ends where an uninterrupted run does, in float64."""
+import os
+import signal
+from pathlib import Path
+
 import pytest
 import torch
 
 import dadam3.run.trainer as trainer_mod
 from dadam3.errors.config import ConfigError
+from dadam3.errors.stops import RunStopped
 from dadam3.run.schema import train_settings
+from dadam3.train import build_trainer
 from trainer_runs import TOY, config, train
 
 LR = 1e-3                                   # the toy preset's
@@ -29,8 +35,29 @@ def test_each_iteration_steps_with_the_hand_computed_lr(tmp_path, monkeypatch):
     assert all(g["lr"] == LR for opt in (t.opt_g, t.opt_d) for g in opt.param_groups)
 
 
+def stopped_after(overrides, run_dir, k: int):
+    """A run stopped by SIGTERM after iteration ``k`` (checkpoint saved), as a user stops one: a
+    warm-up longer than the run itself is refused (loop.lr_warmup), so a run stops mid warm-up."""
+    t = build_trainer(train_settings(config(overrides)), Path(run_dir))
+    real = t.train_step
+
+    def step():
+        out = real()
+        if t.state.iteration + 1 == k:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    t.train_step = step
+    with pytest.raises(RunStopped):
+        t.fit()
+    assert t.state.iteration == k
+    t.records.logger.finish()                 # what the entry point does after a stop: the directory released
+    t.run.lock.release()
+    return t
+
+
 def test_the_first_step_is_a_step_with_lr_over_n(tmp_path):
-    warm = train(TOY + F64 + ["loop.iterations=1", "loop.lr_warmup=4"], tmp_path / "warm")
+    warm = stopped_after(TOY + F64 + ["loop.iterations=4", "loop.lr_warmup=4"], tmp_path / "warm", 1)
     small = train(TOY + F64 + ["loop.iterations=1", f"optimizer.lr={LR / 4}"], tmp_path / "small")
     for a, b in zip(_params(warm), _params(small)):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=0)
@@ -38,7 +65,7 @@ def test_the_first_step_is_a_step_with_lr_over_n(tmp_path):
 
 def test_a_resume_mid_warm_up_ends_where_an_uninterrupted_run_does(tmp_path):
     whole = train(TOY + F64 + ["loop.iterations=5", "loop.lr_warmup=4"], tmp_path / "whole")
-    train(TOY + F64 + ["loop.iterations=2", "loop.lr_warmup=4"], tmp_path / "run")
+    stopped_after(TOY + F64 + ["loop.iterations=5", "loop.lr_warmup=4"], tmp_path / "run", 2)
     resumed = train(TOY + F64 + ["loop.iterations=5", "loop.lr_warmup=4", f"resume={tmp_path / 'run'}"],
                     tmp_path / "x")
     for a, b in zip(_params(whole), _params(resumed)):

@@ -102,7 +102,7 @@ def _launch(argv: list[str] | None) -> int:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.module and args.training_script in ENTRY_CONFIGS:     # refused once here, not once per rank
+    if getattr(args, "module", False) and args.training_script in ENTRY_CONFIGS:     # refused once here, not per rank
         from dadam3.run.command_line import check_command_line
         check_command_line(ENTRY_CONFIGS[args.training_script], args.training_script_args)
     try:
