@@ -175,7 +175,7 @@ def test_refused_and_resumed_runs_leave_no_directory_of_their_own(tmp_path):
     assert r.returncode == 2 and kept.is_dir()              # a directory that existed stays
     r = run_cli(*FAST, "loop.iterations=2", "hydra.run.dir=")
     assert r.returncode == 2 and r.stderr.strip() == "error: hydra.run.dir=: is empty (it would write into the " \
-                                                     "current directory); name a directory", r.stderr
+                                                     "current directory); name a directory or file", r.stderr
     work = tmp_path / "work"
     work.mkdir()
     assert run_cli(*FAST, "loop.iterations=2", cwd=work).returncode == 0        # outputs/train/gaussians/...

@@ -65,7 +65,8 @@ def check_path(key: str, value: str | os.PathLike) -> Path:
     directory's file system). A one-line ConfigError naming ``key`` otherwise."""
     text = os.fspath(value)
     if not text.strip():
-        raise ConfigError(key, text, "an empty path; name a file or directory")
+        raise ConfigError(key, text, "is empty (it would write into the current directory); name a directory "
+                                      "or file")
     bad = next((c for c in ("\0", "\n", "\r") if c in text), None)
     if bad is not None:
         raise ConfigError(key, text.replace(bad, repr(bad)[1:-1]), f"holds the character {bad!r}, which a path of "
