@@ -59,6 +59,48 @@ def test_overwrite_refuses_a_run_file_replaced_since_and_deletes_nothing(tmp_pat
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
 
 
+FOLDERS = {     # case: (entry point, the run's folder, the user's file: added beside the run's / put in place of one)
+    "train samples, added": ("train", "samples", "added"),
+    "train checkpoints, replaced": ("train", "checkpoints", "replaced"),
+    "train samples, added before a resume": ("train", "samples", "before resume"),
+    "synthetic .hydra, added": ("synthetic", ".hydra", "added"),
+}
+
+
+@pytest.mark.parametrize("case", FOLDERS)
+def test_overwrite_deletes_in_a_runs_folder_only_what_it_wrote_and_names_the_folder_it_keeps(tmp_path, case):
+    """In the run's folders (samples/, checkpoints/, .hydra/) overwrite=true deletes a file only
+    while its stamp in the manifest says the run wrote it; the folder goes only when that empties
+    it, else it is kept and named in one warning line."""
+    entry, folder, how = FOLDERS[case]
+    module, args = ENTRY[entry]
+    args = [*args, "loop.sample_every=1", "metrics.every=0"] if entry == "train" else args
+    run = tmp_path / "run"
+    assert cli(module, *args, f"hydra.run.dir={run}").returncode == 0
+    theirs = sorted(p.name for p in (run / folder).iterdir())
+    user = run / folder / ("thesis.tex" if how != "replaced" else theirs[0])
+    if how == "replaced":
+        user.unlink()
+    user.write_text("my thesis\n")
+    if how == "before resume":        # the resume stamps its folders: a file older than its start is not its own
+        r = cli(module, f"resume={run}", "loop.iterations=3")
+        assert r.returncode == 0, r.stderr
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    r = cli(module, *args, "overwrite=true", f"hydra.run.dir={run}")
+    assert user.read_text() == "my thesis\n"
+    if how == "replaced":           # the new run would write over it: refused, nothing deleted
+        assert r.returncode == 2 and said(r.stderr) == [
+            f"error: overwrite=True: {folder}/{user.name} in {run} is no longer what the old run wrote "
+            "(replaced since; its manifest.txt says what it wrote): move it away yourself; nothing was deleted"],\
+            r.stderr
+        assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+        return
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in said(r.stdout + r.stderr) if "kept" in x]
+    assert f"kept {folder}/ (not empty: {folder}/{user.name})" in line, line
+    assert all((run / folder / n).stat().st_mtime > user.stat().st_mtime for n in theirs if n != user.name)
+
+
 # ---------------------------------------------------------------- 4: checksums in sha256sum's formats, or refused
 
 @pytest.fixture(scope="module")
@@ -185,6 +227,11 @@ REFUSED = [     # (entry point, its arguments, the line's start): one line, exit
      "error: cuda.graphs=true: only used with a CUDA device"),
     ("dadam3.train", ["experiment=toy_gaussians", "loop.iterations=10", "loop.lr_warmup=11", "hydra.run.dir={tmp}/r"],
      "error: loop.lr_warmup=11: longer than the run (loop.iterations=10)"),
+    ("dadam3.train", ["resume={tmp}/a,b"], "error: resume={tmp}/a,b: a comma makes this a sweep over 2 values, which "
+     "needs --multirun; a value holding a comma is quoted for Hydra: resume='{tmp}/a,b'"),
+    ("dadam3.synthetic", ["hydra.run.dir={tmp}/a,b"], "error: hydra.run.dir={tmp}/a,b: a comma makes this a sweep"),
+    ("dadam3.train", ["experiment=toy_gaussians", "seed=range(0,2)", "hydra.run.dir={tmp}/r"],
+     "error: seed=range(0,2): a sweep, which needs --multirun"),
     ("dadam3.train", ["experiment=toy_gaussians", "loop.iterations=ten", "hydra.run.dir={tmp}/r"],
      "error: loop.iterations=ten"),
     ("dadam3.synthetic", ["nodes=-1", "hydra.run.dir={tmp}/r"], "error: nodes=-1"),

@@ -5,7 +5,8 @@ composes or creates a directory, before torchrun starts a rank, before a study o
 for the command it starts) checks, each refusal one line (``error: key=value: what is allowed``,
 exit status 2):
 
-* a ``--multirun`` whose jobs would continue the same run (``resume=RUN`` with a swept key);
+* a ``--multirun`` whose jobs would continue the same run (``resume=RUN`` with a swept key), and
+  a single run given a sweep (a comma: ``resume=/tmp/a,b``; Hydra's quotes pass one value, ``'/tmp/a,b'``);
 * every path given (Hydra's run and sweep directories, the schema's path keys): its length
   against the file system's ``NAME_MAX`` and ``PATH_MAX`` and its characters (:func:`check_path`);
 * every override's key, type and range against the schema
@@ -23,6 +24,7 @@ import math
 from typing import Any, Sequence
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from dadam3.errors.config import ConfigError
@@ -48,12 +50,29 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
                     check_path(o.key_or_group, value)
     if multirun:
         check_sweep_of_resume(parsed)
+    else:
+        check_no_sweep(parsed)
     check_overrides(config_name, argv)
     if not multirun and not any(o.key_or_group == "resume" for o in parsed):       # a resume's config is its run's
         overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra")
                      or o.key_or_group == "hydra.searchpath"]
         cfg = compose(config_name, overrides)
         (train_settings if config_name == "train" else synthetic_settings)(cfg)
+
+
+def check_no_sweep(parsed: Sequence[Any]) -> None:
+    """A single run whose override Hydra reads as a sweep (a comma: ``resume=/tmp/a,b``; ``range()``,
+    ``choice()``, ``glob()``), which Hydra refuses in five lines after loading: one line instead,
+    naming the key and value, and how to pass a value holding a comma (Hydra's quotes)."""
+    for o in parsed:
+        if not o.is_sweep_override():
+            continue
+        key, _, value = o.input_line.partition("=")
+        if o.value_type is ValueType.SIMPLE_CHOICE_SWEEP:
+            raise ConfigError(key, value, f"a comma makes this a sweep over {len(_values(o)) or 'several'} values, "
+                                          f"which needs --multirun; a value holding a comma is quoted for Hydra: "
+                                          f"{key}='{value}' (in the shell: \"{key}='{value}'\")")
+        raise ConfigError(key, value, "a sweep, which needs --multirun (-m); a single run takes one value")
 
 
 def check_sweep_of_resume(parsed: Sequence[Any]) -> None:

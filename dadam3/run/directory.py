@@ -88,7 +88,7 @@ class RunDir:
         _write_pid(self._lock)
         for name in self.replace:
             target = self.path / name
-            shutil.rmtree(target) if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
+            target.rmdir() if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
         if self.kept:
             log.warning("overwrite=true kept %s in %s: listed in the old run's %s but not what that run wrote",
                         ", ".join(self.kept), self.path, MANIFEST)

@@ -49,7 +49,7 @@ def read_manifest(run_dir: Path) -> tuple[str, ...] | None:
     elsewhere, ``..``, the lock or the manifest is ignored), or None without one (no file, not
     readable, or not starting with :data:`MANIFEST_HEADER`: a file of that name no run wrote)."""
     stamps = read_stamps(run_dir)
-    return None if stamps is None else tuple(stamps)
+    return None if stamps is None else tuple(n for n in stamps if "/" not in n)
 
 
 def read_stamps(run_dir: Path) -> dict[str, str | None] | None:
@@ -66,9 +66,29 @@ def read_stamps(run_dir: Path) -> dict[str, str | None] | None:
             continue
         name, _, mark = line.partition("\t")
         name = name.strip()
-        if name and name == Path(name).name and name not in (".", "..", MANIFEST, LOCK_FILE):
+        if _inside(name):
             out[name] = mark.strip() or out.get(name)
     return out
+
+
+def _inside(name: str) -> bool:
+    """A manifest's line names a path inside the run's directory: a top-level name, or
+    ``folder/file`` below one (no ``..``, not the lock or the manifest)."""
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and all(p not in ("", ".", "..") for p in parts) \
+        and parts[0] not in (MANIFEST, LOCK_FILE)
+
+
+def _below(run_dir: Path, name: str) -> list[str]:
+    """The paths below ``name`` (a folder of the run; links not followed), deepest first."""
+    path = Path(run_dir) / name
+    if not path.is_dir() or path.is_symlink():
+        return []
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [p for e in entries for p in (*_below(run_dir, f"{name}/{e}"), f"{name}/{e}")]
 
 
 def stamp(path: Path) -> str | None:
@@ -90,9 +110,17 @@ def stamp_manifest(run_dir: Path, writes: Sequence[str]) -> None:
     stamps = read_stamps(run_dir)
     if stamps is None:
         return
+    since = _claimed(run_dir)
     for name in writes:
         if name in stamps:
             stamps[name] = stamp(Path(run_dir) / name) or stamps[name]
+            below = _below(run_dir, name)
+            for rel in [r for r in stamps if r.startswith(name + "/") and r not in below]:
+                del stamps[rel]         # gone (a checkpoint replaced)
+            for rel in below:           # in its folders: what it wrote since it claimed the directory
+                mark = stamp(Path(run_dir) / rel)
+                if mark and (since is None or os.lstat(Path(run_dir) / rel).st_mtime_ns >= since):
+                    stamps[rel] = mark
     try:
         write_manifest(run_dir, list(stamps), stamps)
     except OSError:     # a full disk: the earlier stamps stay, and what they no longer match is kept, not deleted
@@ -105,12 +133,41 @@ def deletable(run_dir: Path, names: Sequence[str], writes: Sequence[str] = ()) -
     (:data:`RUN_FILES`, ``writes``). A kept name the new run writes (``writes``) is refused in one line."""
     stamps = read_stamps(run_dir) or {}
     ok = [n for n in names if (stamps[n] == stamp(Path(run_dir) / n) if stamps.get(n) else n in (*RUN_FILES, *writes))]
-    kept = tuple(n for n in names if n not in ok)
+    kept = [n for n in names if n not in ok]
     if any(n in writes for n in kept):
         raise ConfigError("overwrite", True, f"{', '.join(n for n in kept if n in writes)} in {run_dir} is no longer "
                                              f"what the old run wrote (replaced since; its {MANIFEST} says what it "
                                              "wrote): move it away yourself; nothing was deleted")
-    return tuple(ok), kept
+    out: list[str] = []
+    for name in ok:         # a folder: what the run wrote in it, then the folder if that left it empty
+        left: set[str] = set()
+        for rel in _below(run_dir, name):
+            mine = stamps.get(rel) == stamp(Path(run_dir) / rel) if stamps.get(name) else True   # unstamped: earlier
+            is_dir = (Path(run_dir) / rel).is_dir() and not (Path(run_dir) / rel).is_symlink()
+            if not mine and not is_dir and stamps.get(rel):     # the run's file, replaced: the new run writes it
+                raise ConfigError("overwrite", True, f"{rel} in {run_dir} is no longer what the old run wrote "
+                                                     f"(replaced since; its {MANIFEST} says what it wrote): move it "
+                                                     "away yourself; nothing was deleted")
+            if (not mine and not is_dir) or (is_dir and any(x.startswith(rel + "/") for x in left)):
+                left.add(rel)
+            else:
+                out.append(rel)
+        if left:
+            files = sorted(x for x in left if not any(y.startswith(x + "/") for y in left))
+            kept.append(f"{name}/ (not empty: {', '.join(files)})")
+        else:
+            out.append(name)
+    return tuple(out), tuple(kept)
+
+
+_CLAIMED: dict[str, int] = {}      # run directory -> its manifest's mtime when this process first wrote it
+
+
+def _claimed(run_dir: Path) -> int | None:
+    """When this process claimed ``run_dir`` (its first manifest write, on the file system's clock):
+    a file in a run's folder is stamped as the run's only if it changed since (a user's file put
+    there before a resume is not). None in a process that did not claim it."""
+    return _CLAIMED.get(os.path.realpath(run_dir))
 
 
 def write_manifest(run_dir: Path, names: Sequence[str], stamps: Mapping[str, str | None] | None = None) -> None:
@@ -118,12 +175,14 @@ def write_manifest(run_dir: Path, names: Sequence[str], stamps: Mapping[str, str
     whole (a temporary file renamed)."""
     target = Path(run_dir) / MANIFEST
     stamps = stamps or {}
+    names = [*names, *(n for n in stamps if n.split("/")[0] in names and "/" in n)]   # what its folders hold
     fd, tmp = mkstemp_umask(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(MANIFEST_HEADER + "".join(f"{n}\t{stamps[n]}\n" if stamps.get(n) else f"{n}\n"
                                               for n in dict.fromkeys(names)))
         os.replace(tmp, target)
+        _CLAIMED.setdefault(os.path.realpath(run_dir), os.stat(target).st_mtime_ns)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
