@@ -56,7 +56,7 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
     if not multirun and not any(o.key_or_group == "resume" for o in parsed):       # a resume's config is its run's
         overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra")
                      or o.key_or_group == "hydra.searchpath"]
-        cfg = compose(config_name, overrides)
+        cfg = compose(config_name, overrides, checked=True)     # check_overrides above saw them all
         (train_settings if config_name == "train" else synthetic_settings)(cfg)
 
 

@@ -32,9 +32,11 @@ VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--conf
                "--config-dir", "-cd", "--experimental-rerun")
 
 
-def compose(config_name: str, overrides: Sequence[str] = ()) -> DictConfig:
-    """:func:`check_overrides`, then Hydra's composition (its errors reduced to one line)."""
-    check_overrides(config_name, overrides)
+def compose(config_name: str, overrides: Sequence[str] = (), checked: bool = False) -> DictConfig:
+    """:func:`check_overrides` (unless the caller has just run it on these overrides: ``checked``),
+    then Hydra's composition (its errors reduced to one line)."""
+    if not checked:
+        check_overrides(config_name, overrides)
     return _compose(config_name, overrides)
 
 
