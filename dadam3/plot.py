@@ -238,7 +238,12 @@ def main(argv=None) -> None:
     p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
                    help="a curve: its label and a run directory (metrics.csv or metrics.jsonl)")
     p.add_argument("--out", required=True, type=path_argument("--out"))
+    p.add_argument("--wait", action="store_true",
+                   help="read one line from standard input first: 'go' draws, anything else or its end exits 0 "
+                        "with nothing written (a script starts the plot while its runs start: the imports overlap)")
     a = p.parse_args(argv)
+    if a.wait and sys.stdin.readline().strip() != "go":
+        return
     needs, draw = FIGURES[a.figure]
     runs = {}
     for spec in a.run:

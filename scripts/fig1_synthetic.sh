@@ -10,7 +10,9 @@
 # a clone's tracked files stay as they are. FIG1_OUT=results/fig1 replaces the committed results
 # deliberately (their provenance then records this machine and this run's start); commit them.
 # The two runs go side by side, one thread each; each one's output is shown whole once both
-# have ended (Dadam3's first), and the figure is drawn only when both finished. A stop signal
+# have ended (Dadam3's first), and the figure is drawn only when both finished: the plot starts
+# with them (its imports overlap theirs) and waits for a line on its standard input ("go"; the
+# end of it when a run failed or this script stops: nothing drawn). A stop signal
 # to this script is passed on to both runs (each records "interrupted" in its status.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,8 @@ LOGS=$(mktemp -d)
 PIDS=()
 trap 'rm -rf "$LOGS"' EXIT
 trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true' INT TERM
+coproc PLOT { exec "$PY" -m dadam3.plot fig1 --wait --run "Dadam3=$OUT/dadam3" --run "DP-OAdam=$OUT/dp_oadam" \
+  --out "$OUT/fig1_synthetic.png" >"$LOGS/plot.out" 2>"$LOGS/plot.err"; }
 for opt in "${OPTS[@]}"; do
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
     "$PY" -m dadam3.synthetic optimizer="$opt" overwrite=true "$@" hydra.run.dir="$OUT/$opt" \
@@ -41,8 +45,18 @@ for i in "${!OPTS[@]}"; do
     [ "$status" -ne 0 ] || status=$rc
   fi
 done
-[ "$status" -eq 0 ] || exit "$status"
-"$PY" -m dadam3.plot fig1 --run "Dadam3=$OUT/dadam3" --run "DP-OAdam=$OUT/dp_oadam" --out "$OUT/fig1_synthetic.png"
+PLOT_IN=${PLOT[1]:-}              # empty when the plot already ended (it says why below)
+if [ "$status" -ne 0 ]; then
+  [ -z "$PLOT_IN" ] || eval "exec $PLOT_IN>&-"    # the end of its input: it exits, drawing nothing
+  wait "$PLOT_PID" 2>/dev/null || true
+  exit "$status"
+fi
+[ -z "$PLOT_IN" ] || echo go >&"$PLOT_IN" 2>/dev/null || true
+rc=0
+wait "$PLOT_PID" || rc=$?
+cat "$LOGS/plot.out"
+cat "$LOGS/plot.err" >&2
+[ "$rc" -eq 0 ] || exit "$rc"
 # the paper's settings (no extra arguments) into another folder: compare with the committed curves
 if [ "$#" -eq 0 ] && [ "$(realpath -m "$OUT")" != "$(realpath -m results/fig1)" ]; then
   "$PY" scripts/fig1_compare.py "$OUT" results/fig1

@@ -133,3 +133,14 @@ def test_plot_refuses_bad_inputs_an_unwritable_out_and_a_missing_metric(tmp_path
         one_line(r.stderr, start or f"error: --out={tmp_path / 'afile' / 'x.png'}: its directory exists and is not a "
                                     "directory")
         assert not out.exists()
+
+
+@pytest.mark.parametrize("said", ["", "stop\n", "go\n"])
+def test_wait_draws_only_after_go_on_its_input(tmp_path, said):
+    """--wait (scripts/fig1_synthetic.sh starts the plot beside its runs): nothing is read or written
+    before a line arrives; 'go' draws, its input's end or another line exits 0 with nothing written."""
+    out = tmp_path / "fig.png"
+    r = subprocess.run([sys.executable, "-m", "dadam3.plot", "fig1", "--wait", "--run", "A=results/fig1/dadam3",
+                        "--out", str(out)], cwd=ROOT, input=said, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.exists() == (said == "go\n") and (r.stdout == f"wrote {out}\n" if out.exists() else r.stdout == "")
