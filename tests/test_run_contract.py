@@ -101,6 +101,36 @@ def test_overwrite_deletes_in_a_runs_folder_only_what_it_wrote_and_names_the_fol
     assert all((run / folder / n).stat().st_mtime > user.stat().st_mtime for n in theirs if n != user.name)
 
 
+# ---------------------------------------------------------------- 2: the report validates every record
+
+def _drop_fid(recs):
+    for key in [k for k in recs[1] if k.startswith("fid_")]:       # the last evaluation keeps its IS and KID
+        del recs[1][key]
+
+
+REPORT_REFUSALS = {     # case: (change the run's records, what the one line says)
+    "last evaluation without any FID": (_drop_fid, "line 2: an evaluation record without fid_mean"),
+    "records out of order": (lambda recs: recs.insert(1, {"iteration": 50, "loss_d": 1.0}),
+                             "line 2: iteration 50 after iteration 100"),
+}
+
+
+@pytest.mark.parametrize("case", REPORT_REFUSALS)
+def test_the_report_refuses_a_record_it_cannot_use_in_one_line_writing_nothing(tmp_path, case):
+    import json
+
+    from report_plan_runs import make_run
+    change, words = REPORT_REFUSALS[case]
+    results = tmp_path / "results"
+    d = make_run(results, "adam3", 8e-4, 0, 90.0, family="fig2")
+    recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    change(recs)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = cli("dadam3.report", f"--results={results}")
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1 and words in r.stderr, r.stderr
+    assert not (results / "REPORT.md").exists() and not (results / "report").exists()
+
+
 # ---------------------------------------------------------------- 4: checksums in sha256sum's formats, or refused
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ one line naming the file and line (:class:`~dadam3.errors.files.DataFileError`: 
 written), and what it keeps but names as an exclusion (a run whose scores are not finite is
 *failed*, with the reason, and counted as such).
 
-Refused: records out of iteration order; an evaluation record (one with any ``fid_`` key) without
+Refused: records out of iteration order; an evaluation record (one with any ``fid_``, ``is_`` or
+``kid_`` key: an IS without its FID is no earlier FID's licence) without
 ``fid_mean`` (and, when it carries the second scorer's keys, without ``fid_mean_<scorer>``); a
 ``status`` the writer never writes; a ``provenance.json`` segment whose fields have the wrong type
 (``code_commit`` not 40 hex digits,
@@ -42,7 +43,7 @@ def check_records(path: Path, numbered: list[tuple[int, dict]]) -> None:
         status = rec.get("status")
         if status is not None and status not in STATUSES:
             raise DataFileError(path, f"status={status!r}: one of {', '.join(STATUSES)} belongs here", n, ADVICE)
-        if any(k.startswith("fid_") for k in rec):
+        if any(k.startswith(SCORE_PREFIXES) for k in rec):     # an evaluation: its FID is there
             need = EVAL_KEYS + (("fid_mean" + SECOND_SUFFIX,) if any(k.endswith(SECOND_SUFFIX) for k in rec) else ())
             missing = [k for k in need if k not in rec]
             if missing:
