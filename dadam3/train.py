@@ -1,9 +1,9 @@
 """``python -m dadam3.train``: simulated multi-node WGAN-GP training (Section 5.2-5.3).
 
 The config is checked once into :class:`dadam3.run.schema.TrainConfig` (the settings); the run is
-started from it by :func:`dadam3.run.start.start_run` (the trainer built by
-:func:`dadam3.run.build.build_trainer`, re-exported here, then the run directory's records)
-and trained by :class:`dadam3.run.trainer.WGANTrainer`.
+started from it by :func:`dadam3.run.start.start_run` (checks, the run directory claimed, the
+state, the logs: :func:`~dadam3.run.start.build_trainer`, re-exported here) and trained by
+:class:`dadam3.run.trainer.WGANTrainer`.
 Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged iteration),
 ``samples/`` (PNG grids from a fixed noise batch, per node and for the node-averaged model),
 ``checkpoints/last.pt``, ``config_resolved.yaml`` and ``.hydra/``. Examples::
@@ -14,7 +14,7 @@ Writes into the Hydra run directory: ``metrics.jsonl`` (one record per logged it
     python -m dadam3.train resume=outputs/train/.../run_dir loop.iterations=60000
 
 A resume needs no more than ``resume=DIR`` (or a checkpoint file): the run's configuration comes from
-its checkpoint (:func:`dadam3.run.start.resumed_config`), and only keys given on the command line
+its checkpoint (:func:`dadam3.run.resume_config.resumed_config`), and only keys given on the command line
 change anything (each checked against what may change on resume).
 """
 from __future__ import annotations
@@ -42,12 +42,12 @@ from dadam3.distributed import exit_on_peer_failure, shutdown
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JobLog
-from dadam3.run.build import build_trainer
 from dadam3.run.directory import discard_if_unused
 from dadam3.run.command_line import check_command_line
 from dadam3.run.signals import StopSignals
 from dadam3.run.sweep import sweep_job
-from dadam3.run.start import resume_argv, start_run
+from dadam3.run.resume_config import resume_argv
+from dadam3.run.start import build_trainer, start_run
 
 __all__ = ["build_trainer", "main", "run", "train_run"]
 log = logging.getLogger(__name__)

@@ -28,10 +28,17 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
   and went out again for the next piece: returns(F) = max(0, calls(F) - 1), summed over the
   frames. With ``--resume`` the same walk is traced for ``resume=<that run> loop.iterations=2``
   after the run went to its end (``returns_to_entry_on_resume``; a resume composes the run's own
-  config first). The same count for the frames of the build modules (``dadam3/run/build.py``
-  and ``dadam3/run/start.py``, where the set-up lives after the change) is printed beside it
+  config first). The same count for the frames of the build modules (``dadam3/run/start.py``
+  and ``dadam3/run/resume_config.py``; ``run/build.py`` on trees that have it) is printed beside it
   (``returns_to_builders``): before the change they ran in train.py's frames and counted
   there, so ``returns_to_entry + returns_to_builders`` is the like-for-like total.
+* ``file_returns`` (issue 45 point 5: the same walk counted file by file, which no folder move
+  changes): in the same trace, for every frame F running code of the run machinery (``run/``,
+  ``errors/``, ``train.py``), the calls whose caller is F and whose callee is a Python function
+  of another ``dadam3`` file, taken in order and folded into runs of one callee file
+  (``a a b a``: three runs); every run but F's first is control that came back up into F's file
+  from another file and went out again: returns(F) = max(0, runs(F) - 1), summed over the frames
+  (``file_returns_on_resume`` with ``--resume``).
 * ``step_files`` (with ``--step``; issue 35 point 1): the files of ``dadam3/`` whose Python code
   runs in one ``optimizer.step()`` (traced with ``sys.setprofile``; the third step of Dadam3 on
   a 5-node ring, two parameter groups, float32 on the CPU; compilation and caches happen in the
@@ -57,7 +64,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 OVERRIDES = ["experiment=toy_gaussians", "nodes=2", "model.hidden=8", "loop.batch_size=4", "loop.iterations=1",
              "loop.n_critic=1", "metrics.samples=20", "loop.progress=false", "device=cpu", "threads=1"]
-BUILDERS = ("run/build.py", "run/start.py")
+BUILDERS = ("run/build.py", "run/start.py", "run/resume_config.py")
 
 
 def layering(root: Path):
@@ -121,7 +128,13 @@ def returns_to_entry(root: Path, resume: bool = False) -> dict:
     kinds: dict = {}
     started = []
 
+    run_files = (str(root / "run") + os.sep, str(root / "errors") + os.sep, entry)
+    open_runs: dict = {}         # a live frame of the run machinery -> [its last callee file, runs so far]
+    file_returns = [0]
+
     def profile(frame, event, arg):
+        if event == "return" and id(frame) in open_runs:
+            file_returns[0] += max(0, open_runs.pop(id(frame))[1] - 1)
         if event != "call":
             return
         code = frame.f_code
@@ -134,6 +147,10 @@ def returns_to_entry(root: Path, resume: bool = False) -> dict:
         if not started or caller is None or not code.co_filename.startswith(package):
             return
         home = caller.f_code.co_filename
+        if home.startswith(run_files) and code.co_filename != home:
+            runs = open_runs.setdefault(id(caller), [None, 0])
+            if runs[0] != code.co_filename:
+                runs[:] = [code.co_filename, runs[1] + 1]
         if home in (entry, *builders) and code.co_filename != home:
             calls[id(caller), home] += 1
             kinds.setdefault(home, Counter())[f"{caller.f_code.co_name} -> {Path(code.co_filename).name}:"
@@ -156,10 +173,12 @@ def returns_to_entry(root: Path, resume: bool = False) -> dict:
         finally:
             sys.setprofile(None)
             sys.argv = argv
+    file_returns[0] += sum(max(0, n - 1) for _, n in open_runs.values())     # frames still open at fit
     into_entry = sum(max(0, n - 1) for (_, home), n in calls.items() if home == entry)
     into_builders = sum(max(0, n - 1) for (_, home), n in calls.items() if home != entry)
     key = "_on_resume" if resume else ""
     return {f"returns_to_entry{key}": into_entry, f"returns_to_builders{key}": into_builders,
+            f"file_returns{key}": file_returns[0],
             f"calls_out{key}": {Path(h).name: dict(c.most_common()) for h, c in kinds.items()}}
 
 

@@ -55,7 +55,7 @@ from torch.utils.flop_counter import FlopCounterMode, conv_backward_flop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))    # the test helpers below
 
-from dadam3.run.cuda_flags import set_cuda_flags
+from dadam3.run.start import set_cuda_flags
 from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.wgan_gp import wgan_gp_step

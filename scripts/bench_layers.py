@@ -35,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dadam3.run.cuda_flags import set_cuda_flags
+from dadam3.run.start import set_cuda_flags
 from dadam3.gan.conv_variants import VARIANTS, stacked_conv2d, stacked_conv_transpose2d
 from dadam3.gan.stacked import StackedConv2d, StackedConvTranspose2d, build_stacked_nets
 

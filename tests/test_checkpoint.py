@@ -8,6 +8,7 @@ import torch
 
 from dadam3.run import checkpoint as ckpt
 from dadam3.run.checkpoint import files
+from dadam3.run.state import capture_rng_state, restore_rng_state
 from dadam3.run.checkpoint.resume import check_checkpoint
 from dadam3.errors.config import ConfigError
 from dadam3.run.directory import check_run_dir
@@ -63,19 +64,19 @@ def test_keyboard_interrupt_mid_write_leaves_no_temp(tmp_path, monkeypatch):
 def test_rng_state_capture_restore_reproduces_draws():
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
     _draw()  # move away from the seeded start, and leave a cached gaussian in numpy/python
-    state = ckpt.capture_rng_state()
+    state = capture_rng_state()
     first = _draw()
     _draw()
-    ckpt.restore_rng_state(state)
+    restore_rng_state(state)
     assert _draw() == first
 
 
 def test_rng_state_survives_checkpoint_file_with_weights_only(tmp_path):
-    state = ckpt.capture_rng_state()
+    state = capture_rng_state()
     first = _draw()
     path = ckpt.atomic_save({"rng": state}, tmp_path / "last.pt")
     _draw()
-    ckpt.restore_rng_state(ckpt.load(path)["rng"])
+    restore_rng_state(ckpt.load(path)["rng"])
     assert _draw() == first
 
 

@@ -1,4 +1,4 @@
-"""A distributed run's start-up (:mod:`dadam3.distributed.startup`, :mod:`dadam3.run.checks`):
+"""A distributed run's start-up (:mod:`dadam3.distributed.startup`, :mod:`dadam3.run.start`):
 a rank alone, ranks started with different configs, an occupied MASTER_PORT and torchrun
 without ``placement=distributed`` are each one line before training; real processes."""
 from __future__ import annotations

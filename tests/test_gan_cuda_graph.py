@@ -17,7 +17,7 @@ from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, capture_obst
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.run.state import RunOutputs
 from dadam3.run.trainer import WGANTrainer
-from dadam3.run.build import build_trainer
+from dadam3.run.start import build_trainer
 from dadam3.run.schema import train_settings
 from dadam3.gan.wgan_gp import wgan_gp_step
 from trainer_runs import TOY, config, train

@@ -84,7 +84,7 @@ import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
 import dadam3.run.state as state_mod
 import dadam3.run.trainer as trainer_mod
-import dadam3.run.build as build_mod
+import dadam3.run.start as build_mod
 from dadam3.run.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.gan.cuda_graph import IterationGraph

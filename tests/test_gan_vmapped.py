@@ -235,7 +235,7 @@ def test_random_ops_follow_the_randomness_policy():
 def test_trainer_runs_vmapped_nets_with_checkpoint_and_resume(tmp_path, monkeypatch):
     """The toy-Gaussian run with VmapNet pairs of the same MLPs: the trainer, samplers, metrics,
     gossip and checkpoints unchanged; the result equals the StackedNet run's."""
-    import dadam3.run.build as build_mod
+    import dadam3.run.start as build_mod
     from trainer_runs import TOY, train
 
     stacked_build = build_mod.build_stacked_nets

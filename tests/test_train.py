@@ -13,7 +13,7 @@ from PIL import Image
 
 import dadam3.run.trainer as trainer_mod
 from dadam3.run.checkpoint import checkpoint_path, load
-from dadam3.run.cuda_flags import set_cuda_flags
+from dadam3.run.start import set_cuda_flags
 from dadam3.errors.config import ConfigError
 from dadam3.gan.samples import fixed_noise, generate
 from dadam3.gan.finiteness import TrainingDiverged
@@ -293,7 +293,7 @@ def test_the_loop_has_no_schedule_arithmetic_and_the_trainer_is_built_complete()
 
 
 def test_each_output_decides_when_it_is_due(tmp_path):
-    from dadam3.run.checkpoint.checkpointer import Checkpointer
+    from dadam3.run.state import Checkpointer
     from dadam3.distributed import Placement
     from dadam3.run.records import Records
     from dadam3.gan.samples import SampleGrids

@@ -1,4 +1,4 @@
-"""A resume's config (:mod:`dadam3.run.start`, issue 33 point 3): the run's own config from its
+"""A resume's config (:mod:`dadam3.run.resume_config`, issue 33 point 3): the run's own config from its
 checkpoint, only the keys the command line gives applied; and a run's identity
 (:func:`dadam3.run.checkpoint.resume.run_identity`)."""
 from omegaconf import OmegaConf
@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 from dadam3.run.checkpoint.resume import NOT_IDENTITY, identity_diff, run_identity
 from dadam3.run.config import flatten
 from dadam3.run.schema import compose, may_change_on_resume, train_settings
-from dadam3.run.start import given_keys, group_choices, with_stored
+from dadam3.run.resume_config import given_keys, group_choices, with_stored
 
 from trainer_runs import SMALL
 

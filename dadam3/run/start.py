@@ -1,193 +1,323 @@
-"""The start of ``python -m dadam3.train``'s run, from the config Hydra composed: a resume's
-own configuration (:func:`resumed_config`), the checked settings, the trainer built with every
-check first (:func:`dadam3.run.build.build_trainer`), then, the run directory held, its job
-log and its records of where it came from (``config_resolved.yaml``, ``.hydra/``,
-``provenance.json``).
+"""The start of ``python -m dadam3.train``'s run, one sequence read top to bottom
+(:func:`start_run`, then :func:`build_trainer`): the settings (a resume's own config first:
+:mod:`dadam3.run.resume_config`), the checks, the run directory claimed, the run's state, the
+logs, then the job log and the run's records of where it came from.
 
-A resume takes its configuration from the run itself, the config stored in its checkpoint
-(:func:`run_config`; never from ``.hydra/``, which a copied ``last.pt`` does not have), and
-applies only the keys the command line gives (:func:`given_keys`): a key ``k=v`` (and what lies
-under it), a group option of another name (its whole group: ``logger=wandb``), the keys a
-preset sets (``experiment=X``, ``loop=X``); choosing the run's own option again
-(``optimizer=dadam3`` on a Dadam3 run) gives only its name. What may not change is then named,
-every such key in one line (:func:`dadam3.run.checkpoint.resume.check_resume`)."""
+Every check that can refuse the run (one line) comes first: the config, paths, the ranks'
+agreement, the run directory, data, nets, the checkpoint's content and shape, the evaluation
+weights. Only then is the run directory created, locked, cleared for ``overwrite=true``, W&B
+started and ``metrics.jsonl`` created or rewound (:func:`open_logs`). The builders' errors name
+their arguments; they are said here in the config's keys.
+"""
 from __future__ import annotations
 
+import logging
 import os
+from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import NamedTuple
 
-import hydra
+import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
-from dadam3.run.checkpoint.resume import check_checkpoint, run_identity
-from dadam3.run.schema import presets
-from dadam3.run.config import flatten
-from dadam3.errors.config import ConfigError
+from dadam3.data import NodeSampler, build_dataset
+from dadam3.data.node_sampler import NodeNoise
+from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
+from dadam3.errors.config import ConfigError, check_bool, named_as, needs_package
 from dadam3.errors.files import WriteFailed
-from dadam3.run.trainer import WGANTrainer
+from dadam3.gan.layer_autotune import autotune_pair
+from dadam3.gan.memory import check_fits
+from dadam3.gan.own_nets import build_net, stack_own_nets
+from dadam3.gan.samples import GeneratorDraws, sample_hook
+from dadam3.gan.stacked import build_stacked_nets
+from dadam3.gan.vmapped import stack_nets
+from dadam3.metrics.evaluation import Evaluation, evaluation_hook
+from dadam3.metrics.spec import default_cache_dir
+from dadam3.mixing import LocalMixer, Mixer
+from dadam3.optim import build_optimizer, mixer_for, start_together
+from dadam3.run.state import Checkpointer
+from dadam3.run.checkpoint.resume import run_identity
+from dadam3.run.config import flatten
+from dadam3.run.directory import RunDir, claim_run_dir
 from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
-from dadam3.run.build import build_trainer
+from dadam3.run.loggers import NullLogger, build_logger
 from dadam3.run.manifest import stamp_manifest, train_writes
-from dadam3.run.schema import TrainConfig, config_error, merged_overrides, train_settings
-from dadam3.run.schema.groups import GROUPS
-from dadam3.run.schema.runs import only_with
+from dadam3.run.paths import check_usable_dir
+from dadam3.run.records import Records
+from dadam3.run.resume_config import resumed_config
+from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
+from dadam3.run.schema import TrainConfig, train_settings
+from dadam3.run.schema.runs import Distributed
+from dadam3.run.state import RunContext, RunOutputs, TrainState
+from dadam3.run.trainer import WGANTrainer
 
-_UNSET = object()
-_LOADED: dict[tuple, dict[str, Any]] = {}      # (checkpoint path, mtime, size) -> its flattened config
+log = logging.getLogger(__name__)
+
+# the evaluation's library arguments -> the config keys that feed them
+METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path": "metrics.inception_weights",
+                "download": "metrics.download_weights", "num_samples": "metrics.samples",
+                "batch_size": "metrics.batch_size"}
+WANDB_PROJECT_FORBIDDEN = ("/", "\\", "#", "?", "%", ":")
+# what the run writes into its directory: (name, a directory?)
+RUN_OUTPUTS = (("metrics.jsonl", False), ("checkpoints", True), ("samples", True), ("config_resolved.yaml", False),
+               ("provenance.json", False), ("train.log", False), (".hydra", True), ("run_id", False))
 
 
 def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
-    """The trainer of ``cfg`` (:func:`resumed_config` with ``resume=``) in ``run_dir``, its
-    job log attached on every rank and the run files written by the main one; a write that
-    failed stops every rank alike (one line, the ``interrupted`` record)."""
+    """The trainer of ``cfg`` in ``run_dir``, its job log attached on every rank and the run files
+    written by the main one; a write that failed stops every rank alike (one line, the
+    ``interrupted`` record)."""
+    dir_named = _dir_named(cfg)
     cfg = resumed_config(cfg)
     s = train_settings(cfg)
-    trainer = build_trainer(s, run_dir, _dir_named(cfg))
+    trainer = build_trainer(s, run_dir, dir_named)
     job_log.attach(trainer.run_dir / JOB_LOG)
     failed = _write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main else None
     trainer.stop_if_write_failed(failed)
     return trainer
 
 
-def resumed_config(cfg: DictConfig) -> DictConfig:
-    """With ``resume=``: the run's own config (its checkpoint's, :func:`run_config`) with only the
-    keys this command line gives (:func:`given_keys`) taken from ``cfg``'s composition; without,
-    ``cfg`` as composed."""
-    if not cfg.get("resume"):
-        return cfg
-    stored = run_config(cfg.resume)
-    hc = HydraConfig.get()
-    task = list(hc.overrides.task)
-    try:        # composed with the run's group options (a sweep over resume= was composed without them)
-        composed = hydra.compose(config_name=hc.job.config_name, overrides=merged_overrides(
-            group_choices(stored, task), [*task, resume_override(cfg.resume)], ("resume", "overwrite")))
-    except Exception as e:
-        raise config_error(e) from None
-    return with_stored(composed, stored, given_keys(task, stored))
+def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None) -> WGANTrainer:
+    """The trainer of the run ``s``, resumed if asked. With ``placement=distributed`` this process
+    holds its rank's block of the M nodes. ``nets``: your own (generator, critic), one node's
+    ``nn.Module`` each (the generator maps ``[B, model.nz]`` noise to the data), checked and
+    stacked over the nodes as ``model=custom``'s are. ``dir_named``: the user named ``run_dir``
+    (a checkpoint that is no run's own may continue there)."""
+    # 1. checks that need no directory and no peer
+    check_launch(s)
+    check_paths(s)
+    where = start_processes(s)
+    # 2. the run directory, claimed (nothing written yet) and checked
+    rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
+    key = "resume" if rd.checkpoint is not None and not rd.new_id else "hydra.run.dir"
+    on_every_rank(where.placement, lambda: check_outputs(key, rd.path, rd.replace) if where.placement.is_main else None)
+    # 3. the state (a resume's checkpoint loaded into it)
+    state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
+    # 4. every check passed: the logs
+    logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
+    grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
+    records = Records(logger, grid, where.placement)
+    if rd.checkpoint is not None:               # the log says where the run continues and what changed
+        records.status(state.iteration, "resumed", state.wall_time(), changed=rd.changed)
+    outputs = RunOutputs(records, Checkpointer(rd.path, where.placement, s.loop.checkpoint_every, s.config),
+                         sample_hook(dataset, draws, rd.path / "samples", s.loop.sample_every, logger), evaluate)
+    full_G = (stack_nets(state.G.node_module(0), s.nodes, in_shape=state.G.in_shape, out_shape=state.G.out_shape)
+              if where.placement.distributed and where.placement.is_main else None)
+    run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
+                     graphs=s.cuda.graphs)
+    return WGANTrainer(state, s.loop, run, outputs)
 
 
-def run_config(resume: str) -> dict[str, Any]:
-    """The flattened config of the run ``resume`` names, as its checkpoint stores it (keys an
-    earlier version named otherwise under their names now: ``TrainConfig.renamed``); a file that
-    is no checkpoint of a run is one line (:func:`dadam3.run.checkpoint.load`, ``check_checkpoint``)."""
-    path = resolve_resume_path(resume)
-    st = os.stat(path)
-    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
-    if key not in _LOADED:
-        ckpt = load(path, map_location="cpu", key="resume")
-        check_checkpoint(ckpt, path)
-        _LOADED.clear()
-        _LOADED[key] = {TrainConfig.renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}
-    return dict(_LOADED[key])
+def check_launch(s: TrainConfig) -> None:
+    """A process that torchrun started as one of several ranks must run placement=distributed."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if s.placement == "local" and world.isdigit() and int(world) > 1:
+        raise ConfigError("placement", "local", f"this process is rank {os.environ.get('RANK', '?')} of WORLD_SIZE="
+                                                f"{world} (started by torchrun): set placement=distributed, or start "
+                                                "one process without torchrun")
 
 
-def group_choices(stored: dict[str, Any], overrides: Sequence[str] = ()) -> list[str]:
-    """``group=option`` for each group option of the stored config that has its YAML file, but
-    the groups a preset among ``overrides`` chooses (``experiment=X``: its choice is given)."""
-    chosen = {g for o in _parsed(overrides) if o.key_or_group in ("experiment", "loop")
-              and not o.is_sweep_override() and o.value() is not None
-              for g in _preset_choices(o.key_or_group, str(o.value()))}
-    out = []
-    for group, (name_key, _) in GROUPS.items():
-        name = stored.get(f"{group}.{name_key}")
-        if isinstance(name, str) and presets.exists(group, name) and group not in chosen:
-            out.append(f"{group}={name}")
-    return out
+def check_paths(s: TrainConfig) -> None:
+    """Directories the run will write into later, and the optional packages and names its
+    services need."""
+    m = s.metrics
+    if m.every and (m.fid or m.kid) and s.dataset.is_images:
+        check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
+    if s.logger.kind == "wandb":
+        needs_package("wandb", "logger", "wandb", "choose logger=jsonl")
+        bad = sorted(set(WANDB_PROJECT_FORBIDDEN) & set(s.logger.project))
+        if bad or not s.logger.project.strip() or len(s.logger.project) > 128:
+            raise ConfigError("logger.project", s.logger.project, "must be a W&B project name: 1 to 128 characters, "
+                                                                  f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}")
 
 
-def _parsed(overrides: Sequence[str]) -> list:
-    out = []
-    for line in overrides:
-        try:
-            out += OverridesParser.create().parse_overrides([line])
-        except Exception:          # a flag, or not an override: Hydra says why
+class Where(NamedTuple):
+    """Where this process runs: its block of the nodes, its device and dtype, the players' mixer."""
+    placement: Placement
+    device: torch.device
+    dtype: torch.dtype
+    mixer: Mixer | None              # None: single-node Adam3
+
+
+def start_processes(s: TrainConfig) -> Where:
+    """This process's place among the run's (under torchrun: the ranks joined and agreed on the
+    config), its device with the CUDA flags and threads set, and the players' mixer."""
+    world = int(os.environ.get("WORLD_SIZE", "1")) if s.placement == "distributed" else 1
+    device, placement, make_mixer = s.torch_device, Placement(s.nodes), LocalMixer
+    if s.placement == "distributed":
+        fingerprint = run_fingerprint(flatten(s.config))
+        with named_as(Distributed.keys("distributed.")):
+            info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
+        agree_on_config(fingerprint, info)
+        placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
+        log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1,
+                 s.nodes)
+        device = info.device if info.backend == "nccl" else device
+    if device.type == "cuda":
+        log.info("CUDA: %s", set_cuda_flags(s.cuda.tf32, s.cuda.cudnn_benchmark))
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
+    o, t = s.optimizer, s.topology
+
+    def fitting_mixer():    # the run fits this process's memory (a rank's own GPU); the players' mixer
+        with named_as({"model": "model.width"}):       # a net without a size key: its width
+            check_fits(s, world, device)
+        with named_as({**t.keys("topology."), "name": "optimizer"}):   # mixer_for says topology= itself
+            return mixer_for(o.name, s.nodes, t.name, t.rounds, make_mixer=make_mixer, **t.options)
+    return Where(placement, device, s.torch_dtype, on_every_rank(placement, fitting_mixer))
+
+
+def set_cuda_flags(tf32: bool, cudnn_benchmark: bool) -> str:
+    """Set torch's TF32 flags (matmul and cuDNN convolution: operands rounded to 10 mantissa bits
+    on the tensor cores, about 7x the float32 rate on Hopper, accumulated in float32; the gossip
+    ignores them: :func:`dadam3.mixing.ieee_fp32_matmul`) and ``cudnn.benchmark``; returns a
+    one-line description of what is now set."""
+    for name, value in (("tf32", tf32), ("cudnn_benchmark", cudnn_benchmark)):
+        check_bool(name, value)
+    precision = "tf32" if tf32 else "ieee"
+    be = torch.backends
+    be.cuda.matmul.fp32_precision = precision
+    be.cudnn.conv.fp32_precision = precision
+    be.cudnn.benchmark = cudnn_benchmark
+    return (f"matmul fp32_precision={be.cuda.matmul.fp32_precision}, cudnn.conv fp32_precision="
+            f"{be.cudnn.conv.fp32_precision}, cudnn.benchmark={be.cudnn.benchmark}")
+
+
+def check_outputs(key: str, run_dir: Path, keep: tuple[str, ...] = ()) -> None:
+    """Every path the run writes into ``run_dir`` that exists already (a resumed run's, a user's
+    file where a directory belongs) is of its kind and writable. ``keep``: what overwrite deletes."""
+    for name, is_dir in RUN_OUTPUTS:
+        path = run_dir / name
+        if name in keep or not os.path.lexists(path):
             continue
-    return out
+        if is_dir and not path.is_dir():
+            raise ConfigError(key, str(run_dir), f"{path} is a file where the run writes a directory; move it away "
+                                                 "or choose another directory")
+        if not is_dir and path.is_dir():
+            raise ConfigError(key, str(run_dir), f"{path} is a directory where the run writes a file; move it away "
+                                                 "or choose another directory")
+        if not os.access(path, os.W_OK | (os.X_OK if is_dir else 0)):
+            raise ConfigError(key, str(run_dir), f"{path} is not writable by this user; fix its permissions or "
+                                                 "choose another directory")
 
 
-def _preset_choices(group: str, option: str) -> dict[str, str]:
-    """The group options a preset's ``defaults:`` chooses (``override /dataset: fashion_mnist``)."""
-    found = presets.preset(group, option)
-    return found[1] if found else {}
+def build_state(s: TrainConfig, rd: RunDir, where: Where,
+                nets: tuple | None) -> tuple[TrainState, object, GeneratorDraws, Evaluation | None]:
+    """The run's state (a resume's checkpoint loaded: one that does not fit is refused before
+    the run directory is touched), its data set, what the samples and the evaluation draw from
+    its generator, and the evaluation."""
+    o, d, device, dtype = s.optimizer, s.dataset, where.device, where.dtype
+    torch.manual_seed(s.seed)
+    with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
+        dataset = build_dataset(d.name, d.root, image_size=d.image_size, download=d.download, train=True,
+                                **d.options)
+        check_shards(dataset, s)
+    channels_last = s.cuda.channels_last and device.type == "cuda"
+    G, D = build_nets(s, len(where.placement.block), dataset.shape, nets, channels_last)
+    G, D = G.to(device=device, dtype=dtype), D.to(device=device, dtype=dtype)
+    if s.cuda.autotune_layers and device.type == "cuda":       # each convolution's layout by measurement
+        autotune_pair(G, D, s.loop.batch_size, autocast=s.loop.autocast == "bf16")
+    draws = GeneratorDraws(G.in_shape[0], s.seed, device, dtype)
+    compiled = None if s.cuda.compile_step else False      # None: compiled on CUDA (the optimizers' default)
+    opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
+                            **o.hparams)
+    opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
+                            **o.hparams)
+    with named_as(METRICS_KEYS):                # the weights are checked here
+        evaluate = evaluation_hook(dataset, s.metrics, draws)
+    with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
+        sampler = NodeSampler(dataset, s.nodes, s.loop.batch_size, partition=d.partition, alpha=d.alpha,
+                              seed=s.seed, device=device, prefetch=s.prefetch, node_ids=where.placement.block)
+    noise = NodeNoise(s.seed, where.placement.block, device)      # each node's generator noise, its own stream
+    state = TrainState(G, D, opt_g, opt_d, sampler, noise, where.placement.block, where.mixer)
+    if rd.checkpoint is not None:
+        load_state(state, rd.checkpoint, s.resume)
+        for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
+            opt.set_hparams(o.hparams)
+    else:
+        start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
+    return state, dataset, draws, evaluate
 
 
-def given_keys(overrides: Sequence[str], stored: dict[str, Any]) -> list[str]:
-    """The config keys (each with what lies under it) that ``overrides`` give on a resume of a run
-    whose config is ``stored`` (see the module docstring); ``hydra.*`` keys are none."""
-    keys: list[str] = []
-    for o in _parsed(overrides):
-        key = o.key_or_group
-        if key.startswith("hydra") or o.package is not None:
-            continue
-        if not presets.is_group(key):
-            keys.append(key)
-        elif not o.is_sweep_override() and o.value() is not None:
-            keys += _choice_keys(key, str(o.value()), stored)
-    return keys
+def check_shards(dataset, s: TrainConfig) -> None:
+    """Too many nodes for a finite data set cut into disjoint shards: say so (not batch_size)."""
+    n = len(dataset) if hasattr(dataset, "__len__") and s.dataset.partition != "iid" else None
+    if n is not None and n < s.nodes:
+        raise ConfigError("nodes", s.nodes, f"the data set has {n} samples and dataset.partition="
+                                            f"{s.dataset.partition} gives each node its own: at most {n} nodes")
+    if n is not None and s.dataset.partition == "split" and n // s.nodes < s.loop.batch_size:
+        raise ConfigError("loop.batch_size", s.loop.batch_size,
+                          f"dataset.partition=split gives each of nodes={s.nodes} only {n // s.nodes} of {n} "
+                          f"samples: lower loop.batch_size to <= {n // s.nodes} or nodes to <= "
+                          f"{max(1, n // s.loop.batch_size)}")
 
 
-def _choice_keys(group: str, option: str, stored: dict[str, Any]) -> list[str]:
-    """What choosing ``group=option`` gives: a named group's name key (its run's own option) or
-    the whole group (another); a preset's (``experiment``, ``loop``) keys and group choices."""
-    if group in GROUPS:
-        name_key = GROUPS[group][0]
-        return [f"{group}.{name_key}"] if stored.get(f"{group}.{name_key}") == option else [group]
-    found = presets.preset(group, option)
-    if found is None:
-        return []                            # Hydra has refused an unknown option already
-    conf, _, is_global = found
-    prefix = "" if is_global else f"{group}."
-    keys = [prefix + k for k in flatten({k: v for k, v in conf.items() if k != "defaults"})]
-    for g, choice in _preset_choices(group, option).items():
-        keys += _choice_keys(g, choice, stored) if g in GROUPS else []
-    return keys
+def build_nets(s: TrainConfig, num_nodes: int, data_shape: tuple, nets: tuple | None, channels_last: bool) -> tuple:
+    """(G, D) stacked over this process's nodes: the paper's (model=dcgan32|dcgan64|mlp; with
+    ``channels_last`` their convolutions on NHWC activations), or your own (model=custom, or
+    ``build_trainer(nets=...)``) checked by :mod:`dadam3.gan.own_nets`."""
+    if nets is None and s.model.arch != "custom":
+        image_shape = dict(channels=data_shape[0], image_size=data_shape[-1]) if s.dataset.is_images else {}
+        with named_as({**s.model.keys("model."), "channels": "dataset.channels", "image_size": "dataset.image_size"}):
+            G, D = build_stacked_nets(s.model.arch, num_nodes, **s.model.options, **image_shape)
+        return (G.use_channels_last(), D.use_channels_last()) if channels_last else (G, D)
+    with named_as({f"{n}{k}": f"model.{n}{k}" for n in ("generator", "critic") for k in ("", "._target_")}):
+        if nets is None:
+            nets = build_net("generator", s.model.generator), build_net("critic", s.model.critic)
+        return stack_own_nets(*nets, num_nodes, s.model.nz, data_shape)
 
 
-def with_stored(composed: DictConfig, stored: dict[str, Any], given: Sequence[str]) -> DictConfig:
-    """``composed`` with every stored key that ``given`` does not cover set to its stored value
-    (``resume`` and ``overwrite`` excepted). A stored key this version does not know is left out:
-    the resume's check names it. A stored key that the given keys make meaningless
-    (:func:`dadam3.run.schema.runs.only_with`: ``distributed.*`` after ``placement=local``, ``cuda.*``
-    after ``device=cpu``) keeps its composed value (its default)."""
-    out = composed.copy()
-    kept = [k for k in stored if k not in ("resume", "overwrite") and not any(k == g or k.startswith(g + ".")
-                                                                              for g in given)]
-    _set_stored(out, stored, kept)
-    meaningless = [k for k in kept if only_with(out, k) is not None]
-    _set_stored(out, {k: OmegaConf.select(composed, k) for k in meaningless}, meaningless)
-    return out
-
-
-def _set_stored(out: DictConfig, stored: dict[str, Any], keys: Sequence[str]) -> None:
-    for key in keys:
-        value = stored[key]
-        if OmegaConf.select(out, key, default=_UNSET) is not _UNSET:
-            OmegaConf.update(out, key, value, merge=False)
-            continue
-        parent = OmegaConf.select(out, key.rpartition(".")[0], default=None) if "." in key else None
-        if isinstance(parent, DictConfig) and OmegaConf.get_type(parent) is dict:    # a free dict (a net's kwargs)
-            with open_dict(parent):
-                parent[key.rpartition(".")[2]] = value
-
-
-def resume_argv(argv: list[str]) -> list[str]:
-    """The command line with one ``resume=`` (not a sweep's): the run's group options first
-    (:func:`group_choices`, from its checkpoint), then ``argv``, so that the command line's keys
-    of the run's data set or net are known when it is checked, before Hydra composes."""
-    resume = None
-    for o in _parsed(argv):
-        if o.key_or_group == "resume" and not o.is_sweep_override() and o.value():
-            resume = o.value()
+def load_state(state: TrainState, ckpt: dict, resume: str) -> None:
+    """A checkpoint of the right kind whose content or shapes do not fit this run is one line."""
     try:
-        base = [] if resume is None else group_choices(run_config(resume), argv)
-    except (ConfigError, OSError):
-        base = []                   # the run says so, in its own words
-    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv
+        state.load_state_dict(ckpt)
+    except ConfigError:
+        raise
+    except Exception as e:          # KeyError (a missing entry), shapes, emptied param_groups, ...
+        what = f"missing entry {e}" if isinstance(e, KeyError) else " ".join(str(e).split())[:160]
+        raise ConfigError("resume", resume, f"the checkpoint does not fit this run ({type(e).__name__}: "
+                                            f"{what}); it is damaged or from other code") from None
+
+
+def open_logs(s: TrainConfig, rd: RunDir):
+    """Rank 0, every check passed: claim the directory, then start W&B, then create or rewind
+    metrics.jsonl (rewound to the checkpoint when resuming). A W&B that will not start leaves no
+    trace of this run in the directory."""
+    fresh_wandb = not (rd.path / "wandb").exists()
+    rd.commit()
+    lg, ckpt = s.logger, rd.checkpoint
+    wandb = None if lg.kind != "wandb" else dict(
+        project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode, name=lg.name,
+        config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
+    try:
+        return build_logger(rd.path / "metrics.jsonl", wandb=wandb,
+                            resume_from_iteration=None if ckpt is None else ckpt["iteration"],
+                            drop_record_at_resume_point=ckpt is not None and not record_at_resume_point_kept(ckpt))
+    except BaseException:
+        rd.undo(("wandb",) if fresh_wandb else ())
+        raise
+
+
+def on_every_rank(placement: Placement, build):
+    """``build()``, with every rank stopping alike when one refuses (its one line said once, by
+    the lowest such rank) instead of the others waiting for it."""
+    error = None
+    try:
+        result = build()
+    except ConfigError as e:
+        if not placement.distributed:
+            raise
+        error, result = e, None
+    if placement.distributed:
+        errors = placement.all_objects(error)
+        first = next((r for r, e in enumerate(errors) if e is not None), None)
+        if first is not None:
+            e = errors[first]
+            e.echo = placement.rank == first
+            raise e
+    return result
 
 
 def _dir_named(cfg: DictConfig) -> bool:

@@ -5,7 +5,7 @@ A checkpoint of ``python -m dadam3.train`` is one dict: the run's state
 both nets and optimizers, the data sampler, the noise generators, bytes sent, the global RNG
 states), the log's place (the W&B run id, whether its record is on the logging grid) and the
 resolved config, stamped by :func:`stamped` with its kind (:data:`CHECKPOINT_KIND`, what a
-resume checks first); :class:`dadam3.run.checkpoint.checkpointer.Checkpointer` decides when one is
+resume checks first); :class:`dadam3.run.state.Checkpointer` decides when one is
 written and assembles it. It always holds all M nodes, whatever the placement that wrote it: under
 torch.distributed each rank's :data:`NODE_ENTRIES` are gathered to rank 0, which writes
 (:func:`write_checkpoint`), and a resuming rank takes its own block's rows (:func:`rank_rows`).

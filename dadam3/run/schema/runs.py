@@ -194,7 +194,7 @@ def _alpha_used(c: Any) -> bool:
 # settings) and how that is said: given on the command line otherwise, even at its default, it is
 # refused (dadam3.run.schema.overrides.check_overrides); set by a preset, it is refused unless it is its
 # default (the cross checks); a resume that makes it meaningless drops the run's value
-# (dadam3.run.start.with_stored)
+# (dadam3.run.resume_config.with_stored)
 ONLY_WITH: dict[str, tuple[Callable[[Any], bool], str]] = {
     "distributed": (lambda c: c.placement == "distributed", "placement=distributed"),
     "cuda": (lambda c: on_cuda(c.device), "a CUDA device (not device=cpu, nor device=auto without CUDA)"),
