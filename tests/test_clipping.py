@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import dadam3.run.trainer as trainer_mod
+import dadam3.gan.iteration as iteration
 from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.nets import build_nets
 from dadam3.gan.stacked import StackedNet
@@ -78,7 +78,7 @@ def test_schema_refuses_a_negative_bound():
 
 def test_trainer_clips_both_players_before_the_step(tmp_path, monkeypatch):
     seen = []
-    real = trainer_mod.clip_node_grads_
-    monkeypatch.setattr(trainer_mod, "clip_node_grads_", lambda net, b: (seen.append(b), real(net, b)))
+    real = iteration.clip_node_grads_
+    monkeypatch.setattr(iteration, "clip_node_grads_", lambda net, b: (seen.append(b), real(net, b)))
     train(TOY + ["loop.iterations=2", "loop.clip_grad_norm=0.25"], tmp_path)
     assert seen == [0.25] * 4                   # two players, two iterations

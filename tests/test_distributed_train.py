@@ -149,8 +149,8 @@ def test_a_rank_that_dies_stops_the_other_with_one_line(tmp_path):
 # sets the critic's first parameter of its first node (node 3 of 0..4) to NaN.
 POISON_RANK_1 = """
 import os, runpy, sys, torch
-import dadam3.run.trainer as trainer
-real, calls = trainer.wgan_gp_step, [0]
+import dadam3.gan.iteration as iteration
+real, calls = iteration.wgan_gp_step, [0]
 def poisoned(G, D, *args, **kw):
     calls[0] += 1
     if calls[0] == 5:
@@ -158,7 +158,7 @@ def poisoned(G, D, *args, **kw):
             next(iter(D.parameters()))[0].fill_(float("nan"))
     return real(G, D, *args, **kw)
 if os.environ["RANK"] == "1":
-    trainer.wgan_gp_step = poisoned
+    iteration.wgan_gp_step = poisoned
 runpy.run_module("dadam3.train", run_name="__main__", alter_sys=True)
 """
 

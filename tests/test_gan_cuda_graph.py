@@ -181,7 +181,8 @@ def _opt_state(t):
 
 
 @pytest.mark.parametrize("overrides", [["optimizer.beta1_decay=0.9"],          # step scalars that change with k
-                                       ["optimizer=dosg", "topology.rounds=2", "loop.clip_grad_norm=0.5"]])
+                                       ["optimizer=dosg", "topology.rounds=2", "loop.clip_grad_norm=0.5"],
+                                       ["optimizer=extra_adam", "loop.clip_grad_norm=0.5"]])   # two gradients
 def test_emulated_iteration_graph_equals_the_plain_iteration(tmp_path, overrides):
     """The captured iteration's logic on the CPU: :class:`IterationGraph` with ``emulate=True``
     warms up on the real state (then restored), "captures" with the host's effects undone, and

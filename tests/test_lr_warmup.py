@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import dadam3.run.trainer as trainer_mod
+import dadam3.gan.iteration as iteration
 from dadam3.errors.config import ConfigError
 from dadam3.errors.stops import RunStopped
 from dadam3.run.schema import train_settings
@@ -26,9 +26,9 @@ def _params(t):
 
 def test_each_iteration_steps_with_the_hand_computed_lr(tmp_path, monkeypatch):
     seen = []
-    real = trainer_mod.step_together
-    monkeypatch.setattr(trainer_mod, "step_together",
-                        lambda opts: (seen.append([g["lr"] for o in opts for g in o.param_groups]), real(opts)))
+    real = iteration.step_together
+    monkeypatch.setattr(iteration, "step_together", lambda opts, gradients=None: (
+        seen.append([g["lr"] for o in opts for g in o.param_groups]), real(opts, gradients)))
     t = train(TOY + QUIET + ["optimizer=dosg", "loop.iterations=5", "loop.lr_warmup=4"], tmp_path)
     by_hand = [LR * 1 / 4, LR * 2 / 4, LR * 3 / 4, LR, LR]
     assert [set(lrs) for lrs in seen] == [{lr} for lr in by_hand]

@@ -15,7 +15,7 @@ from reference_optim import REFERENCE
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, build_optimizer
 from dadam3.optim import step_together
-from dadam3.optim.base import same_memory
+from dadam3.optim.flat import same_memory
 from dadam3.topology import build_topology
 
 M = 4

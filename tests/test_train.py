@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-import dadam3.run.trainer as trainer_mod
+import dadam3.gan.iteration as iteration
 from dadam3.run.checkpoint import checkpoint_path, load
 from dadam3.run.start import set_cuda_flags
 from dadam3.errors.config import ConfigError
@@ -59,10 +59,10 @@ def test_toy_run_writes_records_samples_and_checkpoint(tmp_path):
 
 def test_operator_norm_is_the_per_node_norm_of_both_players_gradients(tmp_path):
     t = build_trainer(train_settings(config(TOY + ["loop.iterations=1", "dtype=float64"])), tmp_path)
-    trainer_mod.wgan_gp_step(t.G, t.D, *t._draw(), gp_lambda=10.0)
+    iteration.wgan_gp_step(t.G, t.D, *t._draw(), gp_lambda=10.0)
     grads = [p.grad for net in (t.G, t.D) for p in net.parameters()]
     by_hand = torch.stack([torch.cat([g[i].reshape(-1) for g in grads]).norm() for i in range(t.M)])
-    torch.testing.assert_close(t._operator_norm(), by_hand, rtol=1e-12, atol=0)
+    torch.testing.assert_close(iteration.operator_norm((t.G, t.D)), by_hand, rtol=1e-12, atol=0)
 
 
 def test_logged_sample_grid_has_the_generators_pixel_values(tmp_path):
@@ -126,7 +126,7 @@ def test_cuda_run_resumes_to_the_same_point(tmp_path, restore_cuda_flags):
 
 
 def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, monkeypatch):
-    real_step = trainer_mod.wgan_gp_step
+    real_step = iteration.wgan_gp_step
     calls = {"n": 0}
 
     def poisoned(G, D, *args, **kw):
@@ -136,7 +136,7 @@ def test_nan_stops_with_node_and_iteration_and_keeps_last_checkpoint(tmp_path, m
                 next(iter(D.parameters()))[2].fill_(float("nan"))
         return real_step(G, D, *args, **kw)
 
-    monkeypatch.setattr(trainer_mod, "wgan_gp_step", poisoned)
+    monkeypatch.setattr(iteration, "wgan_gp_step", poisoned)
     with pytest.raises(TrainingDiverged, match=r"node 2 at iteration 5; last good checkpoint: .*last.pt"):
         train(TOY + ["loop.iterations=8"], tmp_path)
     last = read_jsonl(tmp_path / "metrics.jsonl")[-1]

@@ -48,7 +48,10 @@ class Kernel(NamedTuple):
 
 
 def kernel_for(cls) -> Kernel | None:
-    """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math."""
+    """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math or
+    its step takes more than one gradient (a local round or a fresh gradient: the torch optimizers run it)."""
+    if any(not rnd.gossip or rnd.fresh_gradient for rnd in cls.START + cls.ROUNDS):
+        return None
     if cls not in _KERNELS:
         from numba.core.errors import NumbaError
         loop = make_game_loop(_chain(cls, cls.START), _chain(cls, cls.ROUNDS), jitted(cls.scalars))

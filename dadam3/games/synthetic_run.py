@@ -187,8 +187,12 @@ def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_i
                 err[li] = e
                 r[li] = acc / k
                 li += 1
-            theta.grad, alpha.grad = torch.autograd.grad(game.loss(theta, alpha, row), [theta, alpha])
-            opt.step()
+            opt.step(partial(_set_gradients, game, theta, alpha, row))    # once, or twice (extra-gradient)
             if not (torch.isfinite(theta).all() and torch.isfinite(alpha).all()):
                 return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit
     return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit
+
+
+def _set_gradients(game, theta, alpha, row) -> None:
+    """The game's gradient at (theta, alpha) for the sample ``row``, into their ``.grad``."""
+    theta.grad, alpha.grad = torch.autograd.grad(game.loss(theta, alpha, row), [theta, alpha])

@@ -12,6 +12,7 @@ oadagrad   OAdagrad                 optimistic AdaGrad (Liu et al. 2020)
 dadam      DAdam                    simultaneous Adam + gossip (plain baseline)
 dp_oadam   DPOAdam                  optimistic Adam + gossip (Daskalakis et al. 2018)
 dsgd       DSGD                     simultaneous SGD + gossip (plain baseline)
+extra_adam ExtraAdam                extra-gradient Adam + gossip (Gidel et al. 2019)
 =========  =======================  =====================================================
 
 Adding an optimizer is one file in this package: a class on one of the skeletons of
@@ -21,7 +22,8 @@ optionally ``SYNTHETIC``, its preset for the synthetic game), decorated with
 package, and the configs ``optimizer=name`` are made from the registry. It then trains GANs
 (torch, torch.compile on CUDA, numba on the CPU) and runs on the synthetic game's compiled loop,
 all from those functions; math numba cannot compile runs through torch.
-Adding a skeleton: one module in :mod:`dadam3.optim.skeletons` (its buffers, phases and rounds).
+Adding a skeleton: one module in :mod:`dadam3.optim.skeletons` (its buffers, phases and rounds;
+a round may take a fresh gradient through the step's callback, as extra-gradient does).
 """
 from __future__ import annotations
 
@@ -34,17 +36,19 @@ from dadam3.optim.osg import DOSG
 from dadam3.optim.oadagrad import OAdagrad
 from dadam3.optim.adam import DAdam, DPOAdam
 from dadam3.optim.simultaneous import DSGD
+from dadam3.optim.extra_adam import ExtraAdam
 from dadam3.optim.base import NodeOptimizer, start_together, step_together
 from dadam3.optim.engines import ENGINES
 from dadam3.optim.hparams import HParam
 from dadam3.optim.registry import OPTIMIZERS, Spec, import_algorithms, optimizer, optimizer_spec
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.optim.skeletons.single import SingleSequenceGossip
+from dadam3.optim.skeletons.extragradient import ExtraGradientGossip
 from dadam3.topology import Topology, build_topology
 
-__all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "HParam", "NodeOptimizer",
-           "OptimisticGossip", "SingleSequenceGossip", "step_together", "start_together", "OPTIMIZERS", "Spec",
-           "ENGINES", "optimizer", "optimizer_spec", "build_optimizer", "mixer_for"]
+__all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "ExtraAdam", "HParam", "NodeOptimizer",
+           "OptimisticGossip", "SingleSequenceGossip", "ExtraGradientGossip", "step_together", "start_together",
+           "OPTIMIZERS", "Spec", "ENGINES", "optimizer", "optimizer_spec", "build_optimizer", "mixer_for"]
 
 
 import_algorithms(__name__, __path__)       # every algorithm file registers itself (@optimizer)

@@ -22,7 +22,7 @@ convention, the loop contract and how an algorithm's math is run.
   (a module of :mod:`dadam3.optim.skeletons`) does the rest: its ``phase`` (which calls
   ``algorithm.direction``) and its gossip rounds.
 * Speed: a group's parameters, gradients and state are views of flat ``[n, P]`` buffers
-  (:class:`FlatGroup`, below), so a round is one pass over the buffers, run by one of three named
+  (:class:`~dadam3.optim.flat.FlatGroup`), so a round is one pass over the buffers, run by one of three named
   engines (:mod:`dadam3.optim.engines`), and one mixer call.
 * The step is ONE loop, :func:`run_rounds` (called by :func:`step_together`): for each round of
   the skeleton, ``engine.run`` runs its ``phase`` in every group of every optimizer, then one
@@ -35,7 +35,7 @@ convention, the loop contract and how an algorithm's math is run.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, ClassVar, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 
@@ -43,6 +43,7 @@ from dadam3.errors.config import ConfigError
 from dadam3.optim.hparams import HParam
 from dadam3.mixing import Mixer
 from dadam3.optim.engines import choose_engine
+from dadam3.optim.flat import FlatGroup
 from dadam3.optim.skeletons import Round, StepScalars
 
 
@@ -192,8 +193,10 @@ class NodeOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step; ``closure`` (torch.optim's: it sets the gradients at the parameters) is
+        called first, and again before a round that takes a fresh gradient (extra-gradient)."""
         loss = _evaluate(closure)
-        step_together([self])
+        step_together([self], None if closure is None else lambda: _evaluate(closure))
         return loss
 
     # -- checkpointing ------------------------------------------------------------------
@@ -215,93 +218,34 @@ class NodeOptimizer(torch.optim.Optimizer):
                 self._bind_state_views(flat)
 
 
-# ---- flat buffers: a step is memory-bound, so each group's parameters, gradients and state
-# are views of flat node-major [n, P] buffers (each parameter a column range; its shape kept,
-# rows strided by P). A round is then a few element-wise passes and one mixer call per buffer.
-# A caller that replaces a parameter's data or .grad (p.grad = g) is put back on the views by
-# FlatGroup.sync before each step; .grad written in place (as dadam3.gan.wgan_gp does) costs nothing.
-class FlatGroup:
-    """Parameters, gradients and named state buffers of one group, all ``[n, P]``.
-
-    The optimizer adds what an engine reads (:mod:`dadam3.optim.engines`): ``state`` (name ->
-    buffer), ``own`` and ``algo_state`` (the skeleton's and the algorithm's buffers, in the order
-    of ``OWN`` and ``STATE``), ``work`` (the value a round mixes) and ``scalars`` (step k's
-    numbers, a small tensor on the buffers' device)."""
-
-    def __init__(self, params: Sequence[torch.Tensor]):
-        params = list(params)
-        first = params[0]
-        self.params = params
-        self.nodes = first.shape[0]
-        self.offsets = [0]
-        for p in params:
-            self.offsets.append(self.offsets[-1] + p[0].numel())
-        self.width = self.offsets[-1]
-        with torch.no_grad():
-            self.param_buf = torch.empty(self.nodes, self.width, dtype=first.dtype, device=first.device)
-            self.grad_buf = torch.zeros_like(self.param_buf)
-            self._param_views = self.views(self.param_buf)
-            self._grad_views = self.views(self.grad_buf)
-            for p, view in zip(params, self._param_views):
-                view.copy_(p.detach())
-                p.data = view
-
-    def target(self, into: int) -> torch.Tensor:
-        """A round's destination: the parameters (``into`` 0) or skeleton buffer ``own[into - 1]``."""
-        return self.param_buf if into == 0 else self.own[into - 1]
-
-    def views(self, buf: torch.Tensor) -> list[torch.Tensor]:
-        """Each parameter's ``[n, ...]`` view of ``buf``."""
-        return [buf[:, a:b].view(p.shape) for p, a, b in zip(self.params, self.offsets, self.offsets[1:])]
-
-    def new_buffer(self, fill: float = 0.0) -> torch.Tensor:
-        return torch.full_like(self.param_buf, fill)
-
-    def copy_into(self, buf: torch.Tensor, tensors: Iterable[torch.Tensor]) -> None:
-        """Write ``tensors`` (one per parameter, each of its parameter's shape) into ``buf [n, P]``."""
-        for view, t in zip(self.views(buf), tensors):
-            view.copy_(t)
-
-    @torch.no_grad()
-    def sync(self) -> None:
-        """Point parameters and gradients back at their views if a caller replaced them."""
-        for p, view, gview in zip(self.params, self._param_views, self._grad_views):
-            if not same_memory(p, view):
-                view.copy_(p.detach())
-                p.data = view
-            g = p.grad
-            if g is None:
-                raise RuntimeError("every parameter needs a .grad before step(): the algorithms "
-                                   "move all players simultaneously")
-            if g is not gview:
-                if not same_memory(g, gview):
-                    gview.copy_(g)
-                p.grad = gview
-
-
-def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` are the same view of the same storage (works on fake tensors too)."""
-    return (a.untyped_storage()._cdata == b.untyped_storage()._cdata and a.storage_offset() == b.storage_offset()
-            and a.stride() == b.stride() and a.shape == b.shape)
-
-
 @torch.no_grad()
-def step_together(optimizers: Sequence[NodeOptimizer]) -> None:
+def step_together(optimizers: Sequence[NodeOptimizer], gradients: Callable[[], Any] | None = None) -> None:
     """Step ``optimizers`` (e.g. the generator's and the critic's) at once: each gossip round
     mixes all of their buffers in ONE mixer call, so under torch.distributed a round sends one
     message per neighbour for all players. Same results as stepping them one by one.
+    ``gradients()``: sets every player's gradient at the current parameters; a skeleton whose
+    round takes a ``fresh_gradient`` calls it (needs one batch: same mixer, class and k).
 
     Optimizers with different mixers, classes or iteration counters are stepped one by one."""
+    batches = _batches(optimizers)
     for opt in optimizers:
         if not opt.started:
             raise RuntimeError(f"{type(opt).__name__}.step() before start(): call start() (or "
                                "start_together) once before the first gradient of a fresh run")
-    for batch in _batches(optimizers):
+        if gradients_per_step(type(opt)) > 1 and (gradients is None or len(batches) > 1):
+            raise RuntimeError(f"{type(opt).__name__} takes {gradients_per_step(type(opt))} gradients per step: "
+                               "step all players together, with a gradient callback (step(closure))")
+    for batch in batches:
         for opt in batch:
             opt.k += 1
             for flat in opt.flat:
                 flat.sync()
-        run_rounds(batch, type(batch[0]).ROUNDS, batch[0].k)
+        run_rounds(batch, type(batch[0]).ROUNDS, batch[0].k, gradients)
+
+
+def gradients_per_step(cls: type) -> int:
+    """How many gradients a step of optimizer class ``cls`` takes (1 + its fresh-gradient rounds)."""
+    return 1 + sum(rnd.fresh_gradient for rnd in cls.ROUNDS)
 
 
 @torch.no_grad()
@@ -313,21 +257,28 @@ def start_together(optimizers: Sequence[NodeOptimizer]) -> None:
         run_rounds(batch, type(batch[0]).START, 0)
 
 
-def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k: int) -> None:
+def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k: int,
+               gradients: Callable[[], Any] | None = None) -> None:
     """THE step (k >= 1) or start (k = 0) of ``optimizers`` (one class, one mixer, one k): each
-    round's phase in every group of every optimizer, then one gossip round for all of them,
-    ``into <- W_{k + offset}^t work`` (a plain copy without a mixer)."""
+    round's phase in every group of every optimizer (after ``gradients()`` for a round with a
+    ``fresh_gradient``), then one gossip round for all of them, ``into <- W_{k + offset}^t work``
+    (a plain copy without a mixer or for a local round)."""
     groups = [(opt, flat) for opt in optimizers for flat in opt.flat]
     for opt, flat in groups:
         if not opt.scalars_written_by_caller:                    # a replayed CUDA graph's caller wrote them
             flat.scalars = opt.scalars_tensor(flat, max(k, 1))    # start()'s phases read none: step 1's
     mixer = optimizers[0].mixer
     for rnd in rounds:
+        if rnd.fresh_gradient:
+            with torch.enable_grad():
+                gradients()
+            for _, flat in groups:
+                flat.sync()
         for opt, flat in groups:
             opt.engine.run(rnd, flat)
         works = [flat.work for _, flat in groups]
         intos = [flat.target(rnd.into) for _, flat in groups]
-        if mixer is None:
+        if mixer is None or not rnd.gossip:
             for into, work in zip(intos, works):
                 into.copy_(work)
         else:

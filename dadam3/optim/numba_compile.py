@@ -232,9 +232,10 @@ _PASSES: dict[tuple, dict | None] = {}
 def _trial(passes: dict, cls: type, dtype: str) -> None:
     """Each pass once on one value (zeros): compiles (or loads) it or raises numba's error."""
     import numpy as np
-    from dadam3.optim.skeletons import StepScalars
     h = cls.Hyper(**{name: float(hp.default) for name, hp in cls.HPARAMS.items()})
     one = [np.zeros(1, dtype=dtype) for _ in range(3 + len(cls.OWN) + len(cls.STATE))]
     own, state = tuple(one[3:3 + len(cls.OWN)]), tuple(one[3 + len(cls.OWN):])
+    a, t = cls.step_scalars(h._asdict(), 1)          # the skeleton's form of step 1's numbers
+    a, t = cls.split_scalars([*a, *t])
     for run in passes.values():
-        run(one[0], StepScalars(1.0, h.lr), cls.scalars(h, 1), one[1], own, state, one[2])
+        run(one[0], t, a, one[1], own, state, one[2])

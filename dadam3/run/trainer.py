@@ -1,12 +1,10 @@
 """The simulated multi-node WGAN-GP training loop: all M node copies in one batched computation.
 
-One iteration k (the paper's simultaneous game, ``n_critic = 1``; :meth:`WGANTrainer.train_step`)::
+One iteration k (the paper's simultaneous game, ``n_critic = 1``; :meth:`WGANTrainer.train_step`) is
+:func:`dadam3.gan.iteration.simultaneous_iteration` (draw -> gradients -> clip -> step, the step
+calling the gradient callback again for an extra-gradient optimizer), then::
 
-    x ~ each node's data, z ~ N(0, I), eps ~ U[0, 1]       (one batch per node: [M, B, ...])
-    grads  <- [grad_theta L_G, grad_alpha L_D] at the parameters (Z_k)   (wgan_gp_step)
     finiteness of the losses noted (on the device)
-    step_together([opt_d, opt_g])          (the gossip step: update + mixing, one exchange per
-                                            round for both players; params <- Z_{k+1})
     records <- the losses and operator norm per node, into the logging window
 
 ``autocast="bf16"`` runs the gradient evaluation (forward passes, penalty, backward) under
@@ -29,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,13 @@ import torch
 from dadam3.distributed.failures import DistributedTimeout
 from dadam3.errors.files import WriteFailed
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
-from dadam3.gan.clipping import clip_node_grads_
 from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
+from dadam3.gan.iteration import again, clip_, gradient_step, operator_norm, simultaneous_iteration
 from dadam3.gan.stacked import StackedNet
-from dadam3.gan.wgan_gp import critic_step, generator_step, wgan_gp_step
+from dadam3.gan.wgan_gp import critic_step, generator_step
 from dadam3.optim import step_together
+from dadam3.optim.base import gradients_per_step
 from dadam3.errors.boundary import failure_of
 from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
 from dadam3.run.divergence import loss_beyond
@@ -71,8 +71,10 @@ class WGANTrainer:
         whole = run.graphs and settings.n_critic == 1 and iteration_obstacle(state.mixer) is None
         self.iteration_graph = (IterationGraph(self._iteration, self._draw, (state.G, state.D),
                                                (state.opt_d, state.opt_g), state.mixer) if whole else None)
+        # the graphed gradients draw their own batch: not for a second gradient on the same one
+        once = gradients_per_step(type(state.opt_d)) == 1
         self.graph = (GraphedGradients(state.G, state.D, self._draw, settings.gp_lambda, settings.autocast == "bf16")
-                      if run.graphs and not whole else None)
+                      if run.graphs and not whole and once else None)
 
     # the players, read from the state
     G = property(lambda self: self.state.G)
@@ -102,15 +104,13 @@ class WGANTrainer:
     def _iteration(self, inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """The simultaneous iteration's device work, on ``inputs`` (real, z, eps: the graph's
         static buffers) or this iteration's draw: what :class:`IterationGraph` captures."""
-        if inputs is None:
-            out = self._gradients()                     # [grad_theta L_G, grad_alpha L_D] at Z_k
-        else:
-            with self._autocast(cache=False):           # capture needs autocast's weight-cast cache off
-                out = wgan_gp_step(self.G, self.D, *inputs, gp_lambda=self.s.gp_lambda)
-        out["operator_norm"] = self._operator_norm()
-        self._clip(self.D, self.G)
-        step_together([self.opt_d, self.opt_g])         # both players' step, one gossip exchange per round: Z_{k+1}
-        return out
+        opts, bound = (self.opt_d, self.opt_g), self.s.clip_grad_norm
+        if inputs is not None:                          # capture needs autocast's weight-cast cache off
+            return simultaneous_iteration(self.G, self.D, opts, inputs, self.s.gp_lambda, bound,
+                                          partial(self._autocast, cache=False))
+        if self.graph is not None:                      # cuda.graphs: the replayed gradients, same values
+            return gradient_step(self.graph, (self.G, self.D), opts, bound)
+        return simultaneous_iteration(self.G, self.D, opts, self._draw(), self.s.gp_lambda, bound, self._autocast)
 
     def _warm_up(self, k: int) -> list[tuple[dict, float]]:
         """``loop.lr_warmup=N`` (0: off): iteration k's steps use lr_k = lr · k / N while k < N, for
@@ -125,32 +125,30 @@ class WGANTrainer:
             group["lr"] = lr * k / n
         return configured
 
-    def _gradients(self) -> dict[str, torch.Tensor]:
-        """Both players' gradients at the parameters, and the losses: a replayed CUDA graph
-        (``cuda.graphs``: the same values) or eagerly."""
-        if self.graph is not None:
-            return self.graph()
-        with self._autocast():
-            return wgan_gp_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
-
     def _alternating_step(self, k: int) -> dict[str, torch.Tensor]:
         """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
+        bound = self.s.clip_grad_norm
         for _ in range(self.s.n_critic):
             overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
-            with self._autocast():
-                out = critic_step(self.G, self.D, *self._draw(), gp_lambda=self.s.gp_lambda)
+            critic = partial(self._on, critic_step, *self._draw(), gp_lambda=self.s.gp_lambda)
+            out = critic()
             self.finite.note(out, k)
-            self._clip(self.D)
-            self.opt_d.step()
+            clip_((self.D,), bound)
+            step_together([self.opt_d], partial(again, critic, (self.D,), bound))
         z = self.state.noise.normal(self.s.batch_size, self.nz, dtype=self.dtype)
-        with self._autocast():
-            g_out = generator_step(self.G, self.D, z)
+        generator = partial(self._on, generator_step, z)
+        g_out = generator()
         self.finite.note(g_out, k)
         out["loss_g"] = g_out["loss_g"]
-        out["operator_norm"] = self._operator_norm()
-        self._clip(self.G)
-        self.opt_g.step()
+        out["operator_norm"] = operator_norm((self.G, self.D))
+        clip_((self.G,), bound)
+        step_together([self.opt_g], partial(again, generator, (self.G,), bound))
         return out
+
+    def _on(self, gradients, *batch, **kw) -> dict[str, torch.Tensor]:
+        """``gradients(G, D, *batch, **kw)`` (one player's: critic_step, generator_step) under autocast."""
+        with self._autocast():
+            return gradients(self.G, self.D, *batch, **kw)
 
     def _draw(self):
         """Iteration k's batch: every node's data, noise z and interpolation weights eps."""
@@ -161,18 +159,6 @@ class WGANTrainer:
     def _autocast(self, cache: bool = True):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16",
                               cache_enabled=cache)
-
-    def _clip(self, *nets: StackedNet) -> None:
-        """``loop.clip_grad_norm`` (0: off): each node's gradients of each player to norm <= the bound."""
-        if self.s.clip_grad_norm:
-            for net in nets:
-                clip_node_grads_(net, self.s.clip_grad_norm)
-
-    def _operator_norm(self) -> torch.Tensor:
-        """Per node ||[grad_theta L_G, grad_alpha L_D]||_2 at the current point: [M]."""
-        norms = [torch.linalg.vector_norm(p.grad.detach().reshape(self.M, -1), dim=1)
-                 for net in (self.G, self.D) for p in net.parameters() if p.grad is not None]
-        return torch.linalg.vector_norm(torch.stack(norms), dim=0)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:

@@ -45,10 +45,14 @@ class StepScalars(NamedTuple):
 class Round(NamedTuple):
     """One gossip round: the skeleton's ``phase`` number ``phase`` element-wise, then
     ``into <- W_{k + offset}^t work`` where k is the step (0 for ``start()``) and ``into`` is
-    :data:`PARAMS` or 1 + the index of an ``OWN`` buffer (see :func:`into_own`)."""
+    :data:`PARAMS` or 1 + the index of an ``OWN`` buffer (see :func:`into_own`).
+    ``gossip=False``: ``into <- work``, a local round (no exchange). ``fresh_gradient``: before
+    the phase, the gradient is taken again at the parameters (the step's gradient callback)."""
     phase: int
     into: int
     offset: int
+    gossip: bool = True
+    fresh_gradient: bool = False
 
 
 def into_own(names: tuple[str, ...], name: str) -> int:
