@@ -3,12 +3,14 @@
 difference per tensor, and steps of the batched WGAN-GP iteration against the loop's."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterable, Sequence
 
 import torch
 import torch.nn as nn
 
 from loop_reference import LoopReference
+from dadam3.optim import step_together
 from dadam3.gan.stacked import StackedNet
 from dadam3.gan.wgan_gp import wgan_gp_step
 
@@ -64,10 +66,9 @@ def assert_steps_match_loop(G: StackedNet, D: StackedNet, opt_g, opt_d, ref: Loo
             torch.testing.assert_close(out[key], out_ref[key], rtol=1e-10, atol=1e-12)
         for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10 * max(1.0, float(q.grad.abs().max())))
-        opt_d.step()
-        opt_g.step()
-        ref.opt_d.step()
-        ref.opt_g.step()
+        # both players together, with the gradient callback an extra-gradient step calls again
+        step_together([opt_d, opt_g], partial(wgan_gp_step, G, D, real, z, eps))
+        step_together([ref.opt_d, ref.opt_g], partial(ref.gradients, real, z, eps))
     ref._load()
     for p, q in zip(list(G.parameters()) + list(D.parameters()), ref.g_params + ref.d_params):
         torch.testing.assert_close(p, q, rtol=1e-9, atol=1e-10 * max(1.0, float(q.detach().abs().max())))

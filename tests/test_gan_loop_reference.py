@@ -13,7 +13,7 @@ M, B = 3, 4
 
 
 @pytest.mark.parametrize("optimizer, topology", [("dadam3", "ring"), ("dosg", "complete"),
-                                                 ("dp_oadam", "ring"), ("oadagrad", "star")])
+                                                 ("dp_oadam", "ring"), ("oadagrad", "star"), ("extra_adam", "star")])
 @pytest.mark.parametrize("arch, kw", [("dcgan32", dict(channels=3, width=1 / 32)),
                                       ("dcgan64", dict(channels=3, width=1 / 32)),
                                       ("mlp", dict(hidden=8))])
@@ -22,8 +22,8 @@ def test_batched_step_equals_loop_reference_after_gossip_steps(optimizer, topolo
     G, D = build_stacked_nets(arch, M, identical_init=False, **kw)   # distinct nodes: mixing matters
     G, D = G.double(), D.double()
     hp = {"lr": 1e-2} if optimizer != "dadam3" else {"lr": 1e-2, "beta1": 0.5, "beta2": 0.9, "beta3": 0.5}
-    ref = LoopReference(G.to_modules(), D.to_modules(),
-                        lambda ps: build_optimizer(optimizer, ps, mixer_for(optimizer, M, topology), **hp))
+    ref_mixer = mixer_for(optimizer, M, topology)      # one mixer: the players step together
+    ref = LoopReference(G.to_modules(), D.to_modules(), lambda ps: build_optimizer(optimizer, ps, ref_mixer, **hp))
     mixer = mixer_for(optimizer, M, topology)
     opt_g = build_optimizer(optimizer, G.parameters(), mixer, **hp)
     opt_d = build_optimizer(optimizer, D.parameters(), mixer, **hp)

@@ -8,13 +8,15 @@
   torch.compile against the reference).
 """
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
-from test_optim_flat import HP, grads, groups, leaves, mixer, run_reference
+from test_optim_flat import HP, grads, groups, leaves, mixer, run_reference, set_grads_at
 
 from dadam3.optim import OPTIMIZERS, build_optimizer, optimizer_spec
+from dadam3.optim.base import gradients_per_step
 from dadam3.optim.engines import Compiled, Eager, Numba, choose_engine
 from dadam3.run.schema import compose, synthetic_settings, train_settings
 
@@ -41,20 +43,19 @@ def direction_calls(name, engine) -> int:
     params = leaves(0)
     opt = build_optimizer(name, groups(params), mixer("ring"), engine=engine, **HP[name])
     for k in range(2):
-        for p, g in zip(params, grads(k, params)):
-            p.grad = g
         sys.settrace(tracer)
         try:
-            opt.step()
+            opt.step(partial(set_grads_at, k, params))      # the gradient callback: once, or twice (extra_adam)
         finally:
             sys.settrace(None)
     return len(seen)
 
 
-@pytest.mark.parametrize("name", ["dadam3", "dp_oadam"])
+@pytest.mark.parametrize("name", ["dadam3", "dp_oadam", "extra_adam"])
 def test_the_eager_switch_makes_a_breakpoint_in_direction_fire(name):
     assert direction_calls(name, "auto") == 0               # numba: direction runs compiled
-    assert direction_calls(name, "eager") == 2 * 2          # 2 steps x 2 parameter groups
+    twice = gradients_per_step(optimizer_spec(name).cls)    # extra_adam: a direction per gradient
+    assert direction_calls(name, "eager") == 2 * 2 * twice  # 2 steps x 2 parameter groups
 
 
 def test_the_config_key_selects_the_eager_engine():
@@ -91,7 +92,7 @@ def test_the_engine_is_chosen_visibly():
         choose_engine(cls, cpu, "fast")
 
 
-@pytest.mark.parametrize("name", sorted(HP))
+@pytest.mark.parametrize("name", sorted(set(HP) - {"extra_adam"}))      # extra_adam: tests/test_extra_adam.py
 def test_eager_engine_equals_the_reference_and_numba(name):
     ref_params, ref = run_reference(name, "ring")
     params, opt = run(name, "eager")

@@ -8,6 +8,8 @@ and the joint step of two optimizers (:func:`step_together`, one mixer call
 per round for both) must give the same parameters and state, on several parameter tensors
 of different shapes, a maximising group, a time-varying topology and changing gradients.
 """
+from functools import partial
+
 import pytest
 import torch
 from reference_optim import REFERENCE
@@ -23,7 +25,7 @@ SHAPES = [(3, 2, 2), (5,), (1,), (2, 3)]
 HP = {"dadam3": dict(lr=0.05, beta1=0.6, beta2=0.9, beta3=0.3, eps=1e-3, beta1_decay=0.9, lambda0=0.01),
       "dosg": dict(lr=0.05), "oadagrad": dict(lr=0.05, delta=1e-2),
       "dp_oadam": dict(lr=0.05, beta1=0.5, beta2=0.9, eps=1e-3), "dadam": dict(lr=0.05, beta1=0.5, beta2=0.9, eps=1e-3),
-      "dsgd": dict(lr=0.05)}
+      "dsgd": dict(lr=0.05), "extra_adam": dict(lr=0.05, beta1=0.5, beta2=0.9, eps=1e-3)}
 
 
 def leaves(seed):
@@ -38,6 +40,13 @@ def groups(params):
 def grads(step, params):
     gen = torch.Generator().manual_seed(100 + step)
     return [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params]
+
+
+def set_grads_at(step, params, dtype=torch.float64):
+    """A gradient that depends on the point (step's draw + p / 4), into .grad: the step's callback
+    (called once before a step, and again inside an extra-gradient step)."""
+    for p, g in zip(params, grads(step, params)):
+        p.grad = g.to(dtype) + p.detach() / 4
 
 
 def mixer(topology):
@@ -56,7 +65,7 @@ def run_reference(name, topology, steps=4):
 
 
 @pytest.mark.parametrize("topology", ["ring", "one_peer_exponential"])
-@pytest.mark.parametrize("name", sorted(HP))
+@pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_flat_step_equals_per_parameter_step(name, topology):
     ref_params, ref = run_reference(name, topology)
     params = leaves(0)
@@ -80,9 +89,7 @@ def run_flat(name, steps=4, eager=False, dtype=torch.float64):
     opt = build_optimizer(name, groups(params), mixer("one_peer_exponential"), engine="eager" if eager else "auto",
                           **HP[name])
     for k in range(steps):
-        for p, g in zip(params, grads(k, params)):
-            p.grad = g.to(dtype)
-        opt.step()
+        opt.step(partial(set_grads_at, k, params, dtype))
     return params, opt
 
 
@@ -125,7 +132,7 @@ def test_compiled_step_equals_eager_step(name):
     assert graphs == [2 * len(opt.ROUNDS)] * 3       # one per round and group's buffer width, at the first step
 
 
-@pytest.mark.parametrize("name", ["dadam3", "dosg", "dp_oadam"])
+@pytest.mark.parametrize("name", ["dadam3", "dosg", "dp_oadam", "extra_adam"])
 def test_stepping_together_equals_stepping_one_by_one(name):
     """step_together([opt_d, opt_g]) mixes both players' buffers in one call per round."""
     results = []
@@ -139,14 +146,15 @@ def test_stepping_together_equals_stepping_one_by_one(name):
         opt_b = build_optimizer(name, b, mx, compile=False, **HP[name])
         calls.clear()
         for k in range(3):
-            for p, g in zip(a + b, grads(k, a) + grads(k + 10, b)):
-                p.grad = g
+            set_a, set_b = partial(set_grads_at, k, a), partial(set_grads_at, k + 10, b)
             if joint:
-                step_together([opt_b, opt_a])
+                set_a(), set_b()
+                step_together([opt_b, opt_a], lambda: (set_a(), set_b()))
             else:
-                opt_b.step()
-                opt_a.step()
-        rounds = 1 if OPTIMIZERS[name].cls.__name__ == "DPOAdam" else 2
+                opt_b.step(set_b)
+                opt_a.step(set_a)
+        cls = OPTIMIZERS[name].cls
+        rounds = sum(rnd.gossip for rnd in cls.ROUNDS)             # DP-OAdam, ExtraAdam: one exchange per step
         assert calls == ([2] * rounds * 3 if joint else [1] * rounds * 6)
         results.append([p.detach().clone() for p in a + b])
     for p, q in zip(*results):
