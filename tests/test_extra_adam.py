@@ -22,7 +22,7 @@ from dadam3.optim.base import gradients_per_step
 from dadam3.optim.extra_adam import ExtraAdam
 from dadam3.topology import build_topology
 from loop_reference import LoopReference
-from trainer_runs import SMALL, cli, train
+from trainer_runs import SMALL, TOY, cli, train
 
 HP = dict(lr=0.1, beta1=0.5, beta2=0.9, eps=1e-3)
 A, K, C = 0.5, 1.5, 0.7           # f(x, y) = sum A/2 x^2 + K x.y - A/2 y^2 + C x, per node (2-vectors)
@@ -215,3 +215,15 @@ def test_the_alternating_form_calls_each_players_gradient_twice_per_step(tmp_pat
         seen.__setitem__("generator", seen["generator"] + 1), generator(*a, **kw))[1])
     t = train([*SMALL, "optimizer=extra_adam", "loop.n_critic=2", "nodes=2"], tmp_path / "run")
     assert t.state.iteration == 3 and seen == {"critic": 3 * 2 * 2, "generator": 3 * 2}
+
+
+def test_a_resumed_run_ends_where_an_uninterrupted_run_does(tmp_path):
+    """The checkpoint holds what a step needs (moments, step counter; the kept X_{k-1} is rewritten)."""
+    from test_lr_warmup import F64, _params, stopped_after
+    base = [*TOY, *F64, "optimizer=extra_adam", "loop.iterations=4", "nodes=3", "topology=star"]
+    whole = train(base, tmp_path / "whole")
+    stopped_after(base, tmp_path / "run", 2)
+    resumed = train([*base, f"resume={tmp_path / 'run'}"], tmp_path / "x")
+    assert resumed.opt_d.k == whole.opt_d.k == 4
+    for a, b in zip(_params(whole), _params(resumed)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
