@@ -17,7 +17,7 @@ Around the iteration each component says when it is due (no schedule in the loop
 records (:class:`dadam3.run.records.Records`, on the logging grid), the evaluation
 (:class:`dadam3.metrics.evaluation.Evaluation`), the sample grids
 (:class:`dadam3.gan.samples.SampleGrids`) and the checkpointer
-(:class:`dadam3.run.checkpoint.checkpointer.Checkpointer`). Finiteness is read before anything is
+(:class:`dadam3.run.state.Checkpointer`). Finiteness is read before anything is
 written (:mod:`dadam3.gan.finiteness`). The run's state is one object, saved and loaded as one
 (:class:`dadam3.run.state.TrainState`). Early stops: a stop signal after an iteration (checkpoint
 saved; :mod:`dadam3.run.signals`), a write that failed (the previous checkpoint kept): each ends
