@@ -8,7 +8,7 @@ import pytest
 
 from dadam3.errors.files import DataFileError
 from dadam3.run.rewind import as_record, parse_record, read_records, rewind
-from dadam3.report.runs import read_jsonl
+from dadam3.report.read import records as read_jsonl
 from dadam3.run.loggers import JsonlLogger
 
 from trainer_runs import TOY, train, without_time

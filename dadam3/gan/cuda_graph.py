@@ -2,33 +2,16 @@
 
 Eager mode dispatches ~650 aten ops per iteration whatever M is; below ~15 ms per
 iteration the host cannot keep up. A CUDA graph records the kernels once and replays them
-with one launch. Two scopes:
+with one launch. Two scopes: :class:`IterationGraph` (the simultaneous game, ``n_critic = 1``,
+a static local gossip: the WHOLE iteration) and :class:`GraphedGradients` (time-varying or
+distributed gossip: the gradient evaluation only, the optimizer step eager).
 
-* :class:`IterationGraph` (the simultaneous game, ``n_critic = 1``, a static local gossip):
-  the WHOLE iteration — gradient evaluation, operator norm, clipping, both players' optimizer
-  steps and every gossip round (the Triton kernel of :mod:`dadam3.ordered_mix_triton`). The
-  optimizers' step scalars live in one device tensor per flat buffer, written before each
-  replay by an asynchronous copy; the host advances the step counters and the byte counts;
-* :class:`GraphedGradients` (time-varying or distributed gossip, ``n_critic > 1`` is eager):
-  the gradient evaluation only, the optimizer step eager.
-
-Common to both:
-
-* static inputs: the real batch, the noise z and the interpolation weights ε live in
-  buffers allocated once; every iteration the trainer's draw (the same per-node random
-  streams as the eager path, so the same values) is copied into them;
-* warm-up: a few eager evaluations on a side stream before the capture (cuDNN's autotuning,
-  the ``.grad`` tensors allocated, the compiled kernels); what they change (the nets'
-  buffers; for the whole iteration also the parameters, optimizer state, counters, byte
-  counts) is restored afterwards, so the warm-up leaves no trace in the training;
-* capture: autocast runs with its weight-cast cache off, as capture requires;
-* replay: one ``graph.replay()``; the returned values are copied out of the static outputs.
-
-Each falls back to the same computation run eagerly on the static buffers, with a one-line
-``reason``, where capture is impossible: not a CUDA device, a BatchNorm with
-``momentum=None`` (reads a counter on the host), or a capture that fails.
-:class:`GraphedGradients` also stops replaying if the parameters are found at new addresses
-after the capture (an optimizer that rebinds them), rather than read stale memory.
+Both copy the trainer's draw (the same per-node random streams as the eager path) into static
+buffers allocated once; warm up eagerly on a side stream before the capture (cuDNN's
+autotuning, the ``.grad`` tensors, the compiled kernels) and restore what that changed, so the
+warm-up leaves no trace in the training; capture with autocast's weight-cast cache off, as
+capture requires. Each falls back to the same computation run eagerly, with a one-line
+``reason``, where capture is impossible (:func:`capture_obstacle`, or a capture that fails).
 """
 from __future__ import annotations
 

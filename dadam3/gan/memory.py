@@ -19,13 +19,8 @@ What is counted (bytes, every term a lower bound):
 
 Parameter counts and activation sizes come from one node's nets built and run on PyTorch's
 ``meta`` device (shapes only: nothing is allocated). The key named is the one whose value,
-set to 1, shrinks the estimate most (:func:`dominant_key`).
-
-The memory a process may really use (:func:`available_bytes`) is the least of the host's
-``MemAvailable``, what its cgroup still allows (v2 ``memory.max`` less ``memory.current``, v1
-``memory.limit_in_bytes`` less ``memory.usage_in_bytes``) and what ``ulimit -v``
-(``RLIMIT_AS``) leaves beside the address space already mapped; a CUDA device's total memory
-for what lives there.
+set to 1, shrinks the estimate most (:func:`dominant_key`), against the memory the process may
+use (:func:`available_bytes`).
 """
 from __future__ import annotations
 

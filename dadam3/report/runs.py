@@ -20,11 +20,6 @@ LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3":
 CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The run's records, checked (:func:`dadam3.report.read.records`)."""
-    return read.records(path)
-
-
 def _yaml(path: Path) -> dict:
     value = read.yaml_file(path, {})
     return value if isinstance(value, dict) else {}
@@ -202,11 +197,6 @@ def shown_grids(report: str) -> list[str]:
     """The run sample grids (``.../samples/*.png``) a REPORT.md text shows, relative to its folder,
     in order: ``.gitignore`` keeps samples out of git, so each is committed by hand (``git add -f``)."""
     return list(dict.fromkeys(re.findall(r"\]\(([^)\s]*/samples/[^)\s]*\.png)\)", report)))
-
-
-def read_metrics_csv(path: Path) -> dict[str, list[float]]:
-    """A synthetic run's ``metrics.csv`` as columns of floats (checked: :mod:`dadam3.report.read`)."""
-    return read.csv_columns(path)
 
 
 def seed_dirs(parent: Path) -> list[tuple[int, Path]]:

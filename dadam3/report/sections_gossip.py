@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from scipy.stats import spearmanr
 
 from dadam3.report import figures
 from dadam3.report.common import what_was_run
@@ -109,17 +110,9 @@ def inverse_log(rho: float) -> float:
 
 def spearman(x: list[float], y: list[float]) -> float | None:
     """Spearman's rank correlation (ties: average ranks); None when either side is constant."""
-    def ranks(v):
-        v = np.asarray(v, dtype=float)
-        order = np.argsort(v, kind="stable")
-        r = np.empty(len(v))
-        r[order] = np.arange(1, len(v) + 1)
-        for value in np.unique(v):
-            r[v == value] = r[v == value].mean()
-        return r
     if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
+    return float(spearmanr(x, y).statistic)
 
 
 def graphs(cells: list[dict], optimizer: str) -> list[dict]:

@@ -28,7 +28,6 @@ PLAN = "docs/analysis_plan/heterogeneous.yaml"          # relative to the reposi
 GAME_DIR = "gossip_heterogeneous"                        # relative to the results folder
 SECOND = "_fmnist_mlp"                                   # the second scorer's keys: fid_mean_fmnist_mlp, ...
 COMMAND = 'bash experiments/evidence_round3.sh heterogeneous "{seeds}" "{arms}"'
-ARM_FIELDS = ("data", "setting", "method", "lr")
 
 
 def lr_folder(lr: float) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from dadam3.report import claims, figures, read
 from dadam3.report.common import what_was_run
 from dadam3.report.output import Output
-from dadam3.report.runs import LABEL, UNKNOWN, Run, load_run, read_metrics_csv
+from dadam3.report.runs import LABEL, UNKNOWN, Run, load_run
 from dadam3.report.stats import cells_of
 
 
@@ -25,7 +25,7 @@ def fig1(root: Path, out: Output) -> list[str]:
     if not dirs:
         return lines + ["No committed runs. Command: `make fig1` (writes `results/fig1/`).", ""]
     runs = [_synthetic_run(root, d) for d in dirs]
-    cols = {LABEL.get(d.name, d.name): read_metrics_csv(d / "metrics.csv") for d in dirs}
+    cols = {LABEL.get(d.name, d.name): read.csv_columns(d / "metrics.csv") for d in dirs}
     lines += what_was_run(runs, synthetic=True)
     lines += ["| method | last iteration | final e_k | min e_k | final R_k |", "| --- | --- | --- | --- | --- |"]
     for label, c in cols.items():
@@ -47,7 +47,7 @@ def fig1_verdict(root: Path) -> tuple[str, str, str] | None:
     d3, dp = (root / "fig1" / m for m in ("dadam3", "dp_oadam"))
     if not ((d3 / "metrics.csv").is_file() and (dp / "metrics.csv").is_file()):
         return None
-    c3, cp = read_metrics_csv(d3 / "metrics.csv"), read_metrics_csv(dp / "metrics.csv")
+    c3, cp = read.csv_columns(d3 / "metrics.csv"), read.csv_columns(dp / "metrics.csv")
     e3, ep = c3["error"][-1], cp["error"][-1]
     rule = "holds" if e3 < 0.1 and e3 < 0.1 * ep else "does not hold"
     runs = [_synthetic_run(root, d) for d in (d3, dp)]
@@ -63,7 +63,7 @@ def fig1_rows(root: Path) -> list[str]:
     """Fig. 1's runs for the report's "Every run" table: last iteration, configured iterations, code commit."""
     rows = []
     for d in sorted(d for d in (root / "fig1").glob("*") if (d / "metrics.csv").is_file()):
-        run, last = _synthetic_run(root, d), int(read_metrics_csv(d / "metrics.csv")["iteration"][-1])
+        run, last = _synthetic_run(root, d), int(read.csv_columns(d / "metrics.csv")["iteration"][-1])
         code = "legacy (no provenance.json)" if run.legacy else run.provenance_field("code_commit")
         rows.append(f"| `{run.rel}` | last logged iteration {last} of {run.setting('iterations')} | {code} |")
     return rows
