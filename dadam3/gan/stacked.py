@@ -233,33 +233,27 @@ class StackedNet(nn.Module):
             h = to_node_major(h, m)
         return h.reshape(m, batch, *self.out_shape)
 
-    def _empty_module(self) -> SequentialNet:
+    @torch.no_grad()
+    def _module_from(self, pick) -> SequentialNet:
+        """A new ordinary module whose every parameter and buffer is ``pick([M, ...] tensor)``."""
         ref = next(iter(self.parameters()))
         # the dtype is set on the meta device, so the tensors are allocated once, on ref's device
         net = copy.deepcopy(self._template).to(dtype=ref.dtype).to_empty(device=ref.device)
+        net.load_state_dict({k: pick(v) for k, v in self.state_dict().items()})
         return net.train(self.training)
 
     def node_module(self, i: int) -> SequentialNet:
         """Node i as an ordinary module (a copy), in this net's train/eval mode."""
-        net = self._empty_module()
-        net.load_state_dict({k: v[i] for k, v in self.state_dict().items()})
-        return net
+        return self._module_from(lambda t: t[i])
 
     def to_modules(self) -> list[SequentialNet]:
         """All M nodes as ordinary modules (copies)."""
         return [self.node_module(i) for i in range(self.num_nodes)]
 
-    @torch.no_grad()
     def averaged_module(self) -> SequentialNet:
-        """The node-average model x̄ = (1/M) Σ_i x_i as an ordinary module.
-
-        Floating-point buffers (BatchNorm running mean/var) are averaged too; integer
-        buffers (``num_batches_tracked``) are node 0's.
-        """
-        net = self._empty_module()
-        net.load_state_dict({k: v.mean(0) if v.is_floating_point() else v[0]
-                             for k, v in self.state_dict().items()})
-        return net
+        """The node-average model x̄ = (1/M) Σ_i x_i as an ordinary module; floating-point
+        buffers (BatchNorm running mean/var) are averaged too, integer ones (``num_batches_tracked``) are node 0's."""
+        return self._module_from(lambda t: t.mean(0) if t.is_floating_point() else t[0])
 
 
 def build_stacked_nets(arch: str, num_nodes: int, *, identical_init: bool = True,
