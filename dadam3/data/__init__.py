@@ -32,11 +32,7 @@ _LAZY = {
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = [
-    "NAMES", "PARTITIONS", "DECODE_WORKERS", "FASHION_MNIST_DEBIAN_ROOT", "build_dataset", "NodeSampler",
-    "ImageDataset", "TensorImages", "DecodedImages", "ImageFiles", "FakeImages",
-    "GaussianRing", "ring_centers", "mode_metrics",
-]
+__all__ = ["PARTITIONS", "DECODE_WORKERS", "FASHION_MNIST_DEBIAN_ROOT", *_MODULE_OF]
 
 
 def __getattr__(name: str) -> Any:

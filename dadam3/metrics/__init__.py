@@ -25,18 +25,10 @@ from dadam3.metrics.spec import FEATURE_EXTRACTORS, FidelitySpec, default_cache_
 
 _LAZY = {
     "dadam3.metrics.images": ("UInt8Images", "generate_uint8", "to_uint8_rgb", "uint8_images"),
-    "dadam3.metrics.inception": (
-        "INCEPTION_WEIGHTS_FILENAME",
-        "INCEPTION_WEIGHTS_URL",
-        "inception_weights_cache_path",
-        "resolve_inception_weights",
-    ),
-    "dadam3.metrics.fidelity": (
-        "dataset_cache_name",
-        "fidelity_metrics",
-        "image_fidelity_metrics",
-        "resolve_feature_extractor_weights",
-    ),
+    "dadam3.metrics.inception": ("INCEPTION_WEIGHTS_FILENAME", "INCEPTION_WEIGHTS_URL", "inception_weights_cache_path",
+                                 "resolve_inception_weights"),
+    "dadam3.metrics.fidelity": ("dataset_cache_name", "fidelity_metrics", "image_fidelity_metrics",
+                                "resolve_feature_extractor_weights"),
 }
 _MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
