@@ -75,6 +75,14 @@ def test_multirun_sweep(tmp_path):
     assert len(list(tmp_path.glob("*/metrics.csv"))) == 4
 
 
+def test_multirun_flag_between_the_overrides_sweeps(tmp_path):
+    """``seed=0 -m lr=...``: Hydra's argparse alone refuses the overrides after the flag (usage text)."""
+    r = synthetic("iterations=20", "-m", "optimizer.lr=1e-2,1e-3", f"hydra.sweep.dir={tmp_path}",
+                  "hydra.sweep.subdir=${hydra.job.num}")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.parent.name for p in tmp_path.glob("*/metrics.csv")) == ["0", "1"]
+
+
 @pytest.mark.parametrize("args, key", [
     (["optimizer.beta1=1.0"], "optimizer.beta1=1.0: must be in [0, 1)"),
     (["optimizer.beta3=-0.5"], "optimizer.beta3=-0.5: must be in [0, 1)"),

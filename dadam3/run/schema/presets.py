@@ -148,8 +148,17 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
 def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
     """Entry-point wrapper: pre-check group choices, then every other override with ``check``
     (:func:`dadam3.run.schema.check_overrides`), then hand over to Hydra. The user's config
-    directories (``--config-dir``, ``hydra.searchpath``) count for both checks."""
+    directories (``--config-dir``, ``hydra.searchpath``) count for both checks. ``-m``/``--multirun``
+    between the overrides (``seed=0 -m lr=1,2``) moves to the front: Hydra's argparse takes the
+    overrides as one block and would refuse those after the flag with its usage text."""
+    sys.argv[1:] = multirun_flags_first(sys.argv[1:])
     use_searchpath(sys.argv[1:])
     exit_on_failure(check_group_choices)(sys.argv[1:], groups)
     exit_on_failure(check)(sys.argv[1:])
     exit_on_failure(hydra_main)()          # a second stop signal in a sweep, a launcher's failure: one line
+
+
+def multirun_flags_first(argv: Sequence[str]) -> list[str]:
+    """``argv`` with every ``-m``/``--multirun`` (a flag without a value) moved to the front."""
+    flags = [a for a in argv if a in ("-m", "--multirun")]
+    return flags + [a for a in argv if a not in ("-m", "--multirun")]
