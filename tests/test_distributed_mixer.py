@@ -350,6 +350,7 @@ def test_many_chained_mixes_without_a_hang(tmp_path):
             torch.testing.assert_close(x, x_ref[rec["block"].start:rec["block"].stop], rtol=0, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_benchmark_script_runs_and_counts_the_bytes_by_hand():
     """scripts/bench_distributed.py at tiny sizes (its numbers are in docs/benchmarks.md).
     Ring of 6, 100 float32 per node, R = 2 (blocks 0..2, 3..5): a node sends its row to 2

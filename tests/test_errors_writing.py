@@ -77,6 +77,7 @@ def test_a_checkpoint_past_the_file_size_limit_keeps_nothing_half_written(tmp_pa
     assert last["status"] == "interrupted" and last["iteration"] == 3 and "File too large" in last["reason"]
 
 
+@pytest.mark.slow
 def test_metrics_jsonl_replaced_by_a_directory_is_one_line_on_resume(tmp_path):
     run = tmp_path / "run"
     assert cli(*BASE, "loop.iterations=3", f"hydra.run.dir={run}").returncode == 0

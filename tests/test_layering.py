@@ -204,6 +204,7 @@ def test_the_training_entry_point_reads_on_one_screen():
     assert len(lines) <= MAX_ENTRY_LINES, f"dadam3/train.py: {len(lines)} non-blank lines > {MAX_ENTRY_LINES}"
 
 
+@pytest.mark.slow
 def test_the_entry_point_hands_the_set_up_to_the_run_package(tmp_path):
     """``scripts/arch_metrics.py``'s counts (its docstring defines them), of a fresh run and a resume:
     the returns to the entry point, and the set-up's returns file by file."""

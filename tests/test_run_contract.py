@@ -67,7 +67,8 @@ FOLDERS = {     # case: (entry point, the run's folder, the user's file: added b
 }
 
 
-@pytest.mark.parametrize("case", FOLDERS)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if FOLDERS[c][2] == "before resume" else [])
+                                  for c in FOLDERS])
 def test_overwrite_deletes_in_a_runs_folder_only_what_it_wrote_and_names_the_folder_it_keeps(tmp_path, case):
     """In the run's folders (samples/, checkpoints/, .hydra/) overwrite=true deletes a file only
     while its stamp in the manifest says the run wrote it; the folder goes only when that empties

@@ -269,6 +269,7 @@ def test_overwrite_deletes_nothing_before_the_config_is_checked(tmp_path):
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_a_refused_run_leaves_the_runs_provenance_and_log(tmp_path):
     run = tmp_path / "run"
     assert cli(*SMALL, "seed=0", f"hydra.run.dir={run}").returncode == 0
