@@ -3,7 +3,14 @@
 # plans govern (docs/analysis_plan/FAMILY.yaml, committed before the runs).
 #
 #   bash experiments/evidence_round3.sh FAMILY "SEEDS" "CELLS"
+#   bash experiments/evidence_round3.sh FAMILY next ["SEEDS"]
 #
+#   next     the whole family, phase by phase: asks the report what the plan needs next
+#            (python -m dadam3.report --next FAMILY: the step-size search, extended while its best
+#            cell is at an edge, then the fresh seeds at the chosen cells), runs it seed by seed, and
+#            asks again until nothing is left; "SEEDS" keeps only those seeds (two queues on two
+#            cores: disjoint seeds; a queue with nothing of its own to run waits for the other's,
+#            asking every POLL_S seconds, 60 by default). A run that does not finish stops it.
 #   FAMILY   fig2 | fig3 | heterogeneous (the plan file's name)
 #   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh)
 #   CELLS    fig2/fig3: METHOD@LR ... (a method of the plan and a step size of its grid);
@@ -17,7 +24,8 @@
 # Run it from a clean worktree of one commit (every run of a family from one commit: the report
 # refuses to judge a family whose runs mix commits), e.g.
 #   git worktree add ../r3 <commit>; cd ../r3
-#   nohup nice -n 19 bash experiments/evidence_round3.sh fig2 "0 1 2" "adam3@8e-4 oadagrad@3e-2" &
+#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2" &    # one core
+#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 3 4 5 6 7" &  # the other
 # Then copy what the report reads into the repository's results/ (metrics, configs, provenance:
 # scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
 # an M = 5 run (Intel Xeon class; docs/benchmarks.md).
@@ -25,7 +33,30 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 family=${1:?FAMILY: fig2, fig3 or heterogeneous}
-seeds=${2:?SEEDS, e.g. \"0 1 2\"}
+if [ "${2:-}" = next ]; then
+  only=${3:-} previous= waiting=
+  while :; do
+    all=$("$PY" -m dadam3.report --results results --plans docs/analysis_plan --next "$family") || exit 2
+    todo=$all
+    [ -z "$only" ] || todo=$(while read -r seed cells; do
+      for s in $only; do [ "$s" != "$seed" ] || echo "$seed $cells"; done; done <<< "$all")
+    if [ -z "$all" ]; then echo "$family: nothing left to run; make report judges it"; exit 0; fi
+    if [ -z "$todo" ]; then      # the other seeds' runs (another queue's) come first: the search needs them
+      [ -n "$waiting" ] || echo "$family: nothing to run on seeds $only until these are done: ${all//$'\n'/; }"
+      waiting=1; sleep "${POLL_S:-60}"; continue
+    fi
+    waiting=
+    if [ "$todo" = "$previous" ]; then
+      echo "error: $family: still needed after running them: ${todo//$'\n'/; } (see each run's train.log); stopped" >&2
+      exit 1
+    fi
+    previous=$todo
+    while read -r seed cells; do
+      bash experiments/evidence_round3.sh "$family" "$seed" "$cells" < /dev/null || exit $?
+    done <<< "$todo"
+  done
+fi
+seeds=${2:?SEEDS, e.g. \"0 1 2\", or next}
 cells=${3:?CELLS: METHOD@LR ... or ARM ...}
 plan=docs/analysis_plan/$family.yaml
 [ -f "$plan" ] || { echo "error: FAMILY=$family: no $plan (allowed: fig2, fig3, heterogeneous); nothing run" >&2; exit 2; }

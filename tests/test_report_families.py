@@ -258,3 +258,42 @@ def test_a_run_configured_for_other_iterations_than_the_plans_is_excluded_and_na
     assert fam.excluded == [f"`{d.relative_to(results).as_posix()}`: configured for 5000 iterations, the plan's "
                             "are 200"]
     assert "selection not finished: run adam3@8e-4 on seeds 0-2" in fam.queue
+
+
+def test_todo_lists_each_seeds_cells_the_queue_names_and_an_unfinished_run_to_resume(setup):
+    results, plans = setup
+    make_run(results, "adam3", 8e-4, 0, 90.0)
+    make_run(results, "adam3", 8e-4, 1, 90.0, finished=False)
+    fam = family(results, plans)
+    assert sorted(fam.todo) == [0, 1, 2]
+    assert "adam3@8e-4" not in fam.todo[0]
+    assert "adam3@8e-4" in fam.todo[1] and "adam3@8e-4" in fam.todo[2]      # 1: resumed, 2: not run
+    assert fam.todo[0] == ["adam3@4e-4", "adam3@1.6e-3", "oadagrad@1e-2", "oadagrad@2e-2", "oadagrad@3e-2"]
+
+
+def test_todo_after_the_search_is_the_fresh_seeds_at_the_chosen_cells_then_nothing(setup):
+    results, plans = setup
+    selection(results, SEARCH_DONE)
+    assert family(results, plans).todo == {s: ["adam3@8e-4", "oadagrad@2e-2"] for s in range(3, 8)}
+    fresh(results, lambda s: 80.0, lambda s: 95.0 + s)
+    assert family(results, plans).todo == {}
+
+
+def test_next_prints_a_line_a_seed_and_nothing_when_complete_and_an_unknown_family_is_one_line(setup):
+    import subprocess
+    import sys
+    results, plans = setup
+
+    def nxt(name):
+        return subprocess.run([sys.executable, "-m", "dadam3.report", "--results", str(results), "--plans",
+                               str(plans), "--next", name], capture_output=True, text=True)
+    selection(results, SEARCH_DONE)
+    r = nxt("t2")
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"{s} adam3@8e-4 oadagrad@2e-2" for s in range(3, 8)]
+    assert not (results / "REPORT.md").exists()                    # --next writes nothing
+    fresh(results, lambda s: 80.0, lambda s: 95.0 + s)
+    r = nxt("t2")
+    assert (r.returncode, r.stdout) == (0, "")
+    r = nxt("fig9")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: --next=fig9: no such plan in {plans} (allowed: t2)"], r.stderr

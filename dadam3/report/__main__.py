@@ -1,6 +1,10 @@
 """``python -m dadam3.report [--results DIR] [--plans DIR]``: rebuild ``DIR/REPORT.md`` (default
 ``results``) and print the runs the analysis plans still need (``to run (family): …``).
 
+``--next FAMILY`` writes nothing: it prints the runs that family's plan needs next, one line a seed,
+``SEED CELL ...`` (the cells as ``experiments/evidence_round3.sh`` takes them; the selection first,
+then, once a step size is chosen, the fresh seeds at it), and nothing when the family is complete.
+
 A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
 environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
 from __future__ import annotations
@@ -24,11 +28,15 @@ def main(argv=None) -> None:
                    help="the results folder (default: results)")
     p.add_argument("--plans", type=path_argument("--plans"), default=PLAN_DIR,
                    help="the folder of the analysis plans (default: the checkout's docs/analysis_plan)")
+    p.add_argument("--next", metavar="FAMILY", help="print the runs FAMILY's plan needs next and write nothing")
     a = p.parse_args(argv)
     if not a.results.is_dir():
         print(f"error: --results={a.results}: not a directory (expected the results folder with the run "
               "directories)", file=sys.stderr)
         sys.exit(2)
+    if a.next is not None:
+        print_next(a.results, a.plans, a.next)
+        return
     try:
         removed, queue = write(a.results, a.plans)
     except ConfigError as e:         # no runs there, or a REPORT.md the report did not write: nothing written
@@ -45,6 +53,19 @@ def main(argv=None) -> None:
     if grids:           # samples are git-ignored: what REPORT.md shows must be committed by hand
         print(f"REPORT.md shows {len(grids)} sample grids; keep them in git (git add -f): "
               + " ".join(str(a.results / g) for g in grids))
+
+
+def print_next(results: Path, plan_dir: Path, family: str) -> None:
+    """``SEED CELL ...`` for each seed with runs to make or resume in ``family``."""
+    from dadam3.report import families, plan
+
+    plans = {p.family: p for p in plan.load_all(plan_dir)}
+    if family not in plans:
+        print(f"error: --next={family}: no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})",
+              file=sys.stderr)
+        sys.exit(2)
+    for seed, cells in families.build(results, plans[family]).todo.items():
+        print(seed, *cells)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ class Family:
     environment: str
     rows: list[Row]
     excluded: list[str]
+    todo: dict[int, list[str]] = field(default_factory=dict)     # seed -> units to run or resume, plan order
 
 
 def unit_name(method: str, lr: float) -> str:
@@ -297,6 +298,7 @@ def build(root: Path, plan: Plan) -> Family:
     """The family of ``plan`` from the runs under the results folder ``root``."""
     units, excluded = _load(root, plan)
     queue: list[str] = []
+    todo: dict[int, list[str]] = {}
     selections = {m: search(plan, m, units) for m in plan.methods}
     cells: dict[str, list[str]] = {}
     sel_runs: list[tuple[str, Run]] = []
@@ -305,6 +307,8 @@ def build(root: Path, plan: Plan) -> Family:
             queue += [f"selection not finished: run {m}@{lr_folder(lr)} on {seeds_text(absent)}"] * bool(absent)
             queue += [f"selection not finished: wait for or resume {m}@{lr_folder(lr)} "
                       f"{seeds_text(running)} (unfinished)"] * bool(running)
+            for s in absent + running:
+                todo.setdefault(s, []).append(unit_name(m, lr))
         sel_runs += [(unit_name(m, lr), r) for lr in sel.tried for s, r in units.get(unit_name(m, lr), {}).items()
                      if s in plan.selection_seeds]
         cells[m] = [unit_name(m, lr) for lr in sel.judged_at]
@@ -318,6 +322,8 @@ def build(root: Path, plan: Plan) -> Family:
         where = f"{u} ({arm_folder(plan, u)})" if u in plan.arms else u
         queue += [f"fresh: run {where} on {seeds_text(absent)}"] * bool(absent)
         queue += [f"fresh: wait for or resume {where} {seeds_text(running)} (unfinished)"] * bool(running)
+        for s in absent + running:
+            todo.setdefault(s, []).append(u)
     fresh_runs = [(u, r) for u in fresh_units for s, r in units.get(u, {}).items() if s in plan.fresh_seeds]
     env = environment(sel_runs + fresh_runs)
     rows = []
@@ -337,4 +343,4 @@ def build(root: Path, plan: Plan) -> Family:
         row.holm_p = adj
         row.holm = mt.holm_words(row.claim.rel, rej, row.primary.paired.mean) if row.primary else "–"
     runs = [r for cell in units.values() for r in cell.values()]
-    return Family(plan, runs, units, selections, queue, env, rows, excluded)
+    return Family(plan, runs, units, selections, queue, env, rows, excluded, dict(sorted(todo.items())))

@@ -1,0 +1,101 @@
+"""experiments/evidence_round3.sh FAMILY next: the whole family phase by phase (the search, then the
+fresh seeds at its choice), seed by seed, asking `python -m dadam3.report --next` between phases; a run
+that does not finish stops it. Run in a copy of the script beside a stand-in scripts/fmnist_figure.sh
+that writes a crafted run (tests/report_plan_runs.py) instead of training."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from report_plan_runs import PLAN, make_run
+
+ROOT = Path(__file__).resolve().parent.parent
+STAND_IN = r"""#!/usr/bin/env bash
+# NAME EXPERIMENT METHOD SEED optimizer.lr=LR: a crafted run whose final FID is lowest at adam3 8e-4 / oadagrad 2e-2
+set -euo pipefail
+method=$3 seed=$4 lr=${5#optimizer.lr=}
+echo "$seed $method@$lr" >> calls.log
+"$PYTHON" - "$method" "$lr" "$seed" <<'PYEOF'
+import os, sys
+from pathlib import Path
+from report_plan_runs import make_run
+from test_evidence_script import crafted_fid
+method, lr, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+make_run(Path("results"), method, lr, seed, crafted_fid(method, lr, seed), finished=os.environ.get("UNFINISHED") != "1")
+PYEOF
+"""
+
+
+def crafted_fid(method: str, lr: float, seed: int) -> float:
+    return 100 + (1e5 * abs(lr - 8e-4) if method == "adam3" else 2e3 * abs(lr - 2e-2)) + seed
+
+
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "experiments").mkdir()
+    shutil.copy(ROOT / "experiments" / "evidence_round3.sh", tmp_path / "experiments")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "fmnist_figure.sh").write_text(STAND_IN)
+    (tmp_path / "docs" / "analysis_plan").mkdir(parents=True)
+    plan = {**PLAN, "experiment": "fmnist_fig2"}
+    (tmp_path / "docs" / "analysis_plan" / "t2.yaml").write_text(yaml.safe_dump(plan, allow_unicode=True))
+    (tmp_path / "results").mkdir()
+    return tmp_path
+
+
+def run(tmp_path: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+           **env}
+    timeout = env.pop("timeout", None)      # seconds: the command stopped as `timeout` does (exit 124)
+    cmd = ["bash", "experiments/evidence_round3.sh", "t2", "next", *args]
+    cmd = ["timeout", str(timeout), *cmd] if timeout else cmd
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def calls(tmp_path: Path) -> list[tuple[int, str]]:
+    return [(int(s), c) for s, c in (line.split() for line in (tmp_path / "calls.log").read_text().splitlines())]
+
+
+def test_next_runs_the_search_then_the_fresh_seeds_at_its_choice_then_stops(tmp_path):
+    r = run(project(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "t2: nothing left to run; make report judges it"
+    made = calls(tmp_path)
+    search = {f"adam3@{lr}" for lr in ("4e-4", "8e-4", "1.6e-3")}
+    search |= {f"oadagrad@{lr}" for lr in ("1e-2", "2e-2", "3e-2")}
+    assert [s for s, _ in made[:18]] == [0] * 6 + [1] * 6 + [2] * 6        # the search, seed by seed
+    assert all({c for s, c in made[:18] if s == k} == search for k in (0, 1, 2))
+    assert sorted(made[18:]) == [(s, c) for s in range(3, 8) for c in ("adam3@8e-4", "oadagrad@2e-2")]
+    assert [s for s, _ in made[18:]] == sorted(s for s, _ in made[18:])       # seed by seed
+
+
+def test_next_keeps_only_the_seeds_given_and_waits_for_the_others(tmp_path):
+    """A second queue ("1 3 4 5 6 7") beside one that made seeds 0 and 2 of the search."""
+    p = project(tmp_path)
+    for method, lrs in (("adam3", (4e-4, 8e-4, 1.6e-3)), ("oadagrad", (1e-2, 2e-2, 3e-2))):
+        for lr in lrs:
+            for s in (0, 2):
+                make_run(p / "results", method, lr, s, crafted_fid(method, lr, s))
+    r = run(p, "1 3 4 5 6 7")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "t2: nothing left to run; make report judges it"
+    assert [s for s, _ in calls(p)] == [1] * 6 + [3, 3, 4, 4, 5, 5, 6, 6, 7, 7]
+
+
+def test_a_queue_with_nothing_of_its_own_says_what_it_waits_for_once_and_asks_again(tmp_path):
+    p = project(tmp_path)
+    r = run(p, "3", POLL_S="0.2", timeout=8)
+    assert r.returncode == 124 and not (p / "calls.log").exists()
+    assert r.stdout.splitlines() == ["t2: nothing to run on seeds 3 until these are done: 0 adam3@4e-4 adam3@8e-4 "
+                                     "adam3@1.6e-3 oadagrad@1e-2 oadagrad@2e-2 oadagrad@3e-2; 1 adam3@4e-4 adam3@8e-4 "
+                                     "adam3@1.6e-3 oadagrad@1e-2 oadagrad@2e-2 oadagrad@3e-2; 2 adam3@4e-4 adam3@8e-4 "
+                                     "adam3@1.6e-3 oadagrad@1e-2 oadagrad@2e-2 oadagrad@3e-2"], r.stdout
+
+
+def test_runs_that_do_not_finish_stop_it_after_one_pass_naming_them(tmp_path):
+    r = run(project(tmp_path), UNFINISHED="1")
+    assert r.returncode == 1 and len(calls(tmp_path)) == 18
+    [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: t2: still needed after running them: 0 adam3@4e-4 ") and "train.log" in line
