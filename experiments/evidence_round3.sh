@@ -24,8 +24,8 @@
 # Run it from a clean worktree of one commit (every run of a family from one commit: the report
 # refuses to judge a family whose runs mix commits), e.g.
 #   git worktree add ../r3 <commit>; cd ../r3
-#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2" &    # one core
-#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 3 4 5 6 7" &  # the other
+#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2 3 5" &   # one core
+#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 4 6 7" &     # the other
 # Then copy what the report reads into the repository's results/ (metrics, configs, provenance:
 # scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
 # an M = 5 run (Intel Xeon class; docs/benchmarks.md).
