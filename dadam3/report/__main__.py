@@ -34,12 +34,11 @@ def main(argv=None) -> None:
         print(f"error: --results={a.results}: not a directory (expected the results folder with the run "
               "directories)", file=sys.stderr)
         sys.exit(2)
-    if a.next is not None:
-        print_next(a.results, a.plans, a.next)
-        return
     try:
+        if a.next is not None:
+            return print_next(a.results, a.plans, a.next)
         removed, queue = write(a.results, a.plans)
-    except ConfigError as e:         # no runs there, or a REPORT.md the report did not write: nothing written
+    except ConfigError as e:         # no runs there, a damaged run, or a REPORT.md the report did not write
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     for path in removed:
@@ -58,13 +57,14 @@ def main(argv=None) -> None:
 def print_next(results: Path, plan_dir: Path, family: str) -> None:
     """``SEED CELL ...`` for each seed with runs to make or resume in ``family``."""
     from dadam3.report import families, plan
+    from dadam3.report.runs import one_snapshot
 
     plans = {p.family: p for p in plan.load_all(plan_dir)}
     if family not in plans:
-        print(f"error: --next={family}: no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})",
-              file=sys.stderr)
-        sys.exit(2)
-    for seed, cells in families.build(results, plans[family]).todo.items():
+        raise ConfigError("--next", family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
+    with one_snapshot():
+        todo = families.build(results, plans[family]).todo
+    for seed, cells in todo.items():
         print(seed, *cells)
 
 
