@@ -10,7 +10,9 @@
 #            cell is at an edge, then the fresh seeds at the chosen cells), runs it seed by seed, and
 #            asks again until nothing is left; "SEEDS" keeps only those seeds (two queues on two
 #            cores: disjoint seeds; a queue with nothing of its own to run waits for the other's,
-#            asking every POLL_S seconds, 60 by default). A run that does not finish stops it.
+#            asking every POLL_S seconds, 60 by default). A run that does not finish stops it. A seed
+#            whose runs so far ran on another machine class (provenance device_model) is left for a
+#            machine of that class (one line each); when only such seeds are left, it stops (status 3).
 #   FAMILY   fig2 | fig3 | heterogeneous (the plan file's name)
 #   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh)
 #   CELLS    fig2/fig3: METHOD@LR ... (a method of the plan and a step size of its grid);
@@ -34,12 +36,18 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 family=${1:?FAMILY: fig2, fig3 or heterogeneous}
 if [ "${2:-}" = next ]; then
-  only=${3:-} previous= waiting=
+  only=${3:-} previous= waiting= said=
+  held=$(mktemp); trap 'rm -f "$held"' EXIT
   while :; do
-    all=$("$PY" -m dadam3.report --results results --plans docs/analysis_plan --next "$family") || exit 2
+    rc=0; all=$("$PY" -m dadam3.report --results results --plans docs/analysis_plan --next "$family" 2> "$held") || rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 3 ] || { cat "$held" >&2; exit 2; }
+    [ "$(cat "$held")" = "$said" ] || { said=$(cat "$held"); [ -z "$said" ] || echo "$said" >&2; }   # once each
     todo=$all
     [ -z "$only" ] || todo=$(while read -r seed cells; do
       for s in $only; do [ "$s" != "$seed" ] || echo "$seed $cells"; done; done <<< "$all")
+    if [ -z "$all" ] && [ "$rc" = 3 ]; then
+      echo "error: $family: what is left needs another machine class (above); nothing more run here" >&2; exit 3
+    fi
     if [ -z "$all" ]; then echo "$family: nothing left to run; make report judges it"; exit 0; fi
     if [ -z "$todo" ]; then      # the other seeds' runs (another queue's) come first: the search needs them
       [ -n "$waiting" ] || echo "$family: nothing to run on seeds $only until these are done: ${all//$'\n'/; }"

@@ -11,6 +11,7 @@ import yaml
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"
 XEON, EPYC = "Intel(R) Xeon(R) Processor", "AMD EPYC 7B13"
+ELSEWHERE = "Test CPU of no real machine"      # a class that is never this machine's
 PLAN_TIME = "2026-01-01T00:00:00+00:00"
 AFTER, BEFORE = "2026-01-02T00:00:00+00:00", "2025-12-31T00:00:00+00:00"
 
@@ -43,6 +44,12 @@ def write_plan(directory: Path, plan: dict = PLAN, commit_time: str | None = PLA
 def lr_name(lr: float) -> str:
     mantissa, exponent = f"{lr:.6e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def here() -> str:
+    """This machine's class as a run's provenance records it."""
+    from dadam3.run.job_log import device_model
+    return device_model("cpu")
 
 
 def make_run(results: Path, method: str, lr: float, seed: int, fid: float, second: float | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from report_plan_runs import PLAN, make_run
+from report_plan_runs import ELSEWHERE, PLAN, here, make_run
 
 ROOT = Path(__file__).resolve().parent.parent
 STAND_IN = r"""#!/usr/bin/env bash
@@ -22,10 +22,11 @@ echo "$seed $method@$lr" >> calls.log
 "$PYTHON" - "$method" "$lr" "$seed" <<'PYEOF'
 import os, sys
 from pathlib import Path
-from report_plan_runs import make_run
+from report_plan_runs import here, make_run
 from test_evidence_script import crafted_fid
 method, lr, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
-make_run(Path("results"), method, lr, seed, crafted_fid(method, lr, seed), finished=os.environ.get("UNFINISHED") != "1")
+make_run(Path("results"), method, lr, seed, crafted_fid(method, lr, seed), finished=os.environ.get("UNFINISHED") != "1",
+         machine=here())
 PYEOF
 """
 
@@ -76,7 +77,7 @@ def test_next_keeps_only_the_seeds_given_and_waits_for_the_others(tmp_path):
     for method, lrs in (("adam3", (4e-4, 8e-4, 1.6e-3)), ("oadagrad", (1e-2, 2e-2, 3e-2))):
         for lr in lrs:
             for s in (0, 2):
-                make_run(p / "results", method, lr, s, crafted_fid(method, lr, s))
+                make_run(p / "results", method, lr, s, crafted_fid(method, lr, s), machine=here())
     r = run(p, "1 3 4 5 6 7")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "t2: nothing left to run; make report judges it"
@@ -106,3 +107,19 @@ def test_runs_that_do_not_finish_stop_it_after_one_pass_naming_them(tmp_path):
     assert r.returncode == 1 and len(calls(tmp_path)) == 18
     [line] = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert line.startswith("error: t2: still needed after running them: 0 adam3@4e-4 ") and "train.log" in line
+
+
+def test_a_seed_begun_on_another_machine_class_is_left_for_it_and_the_rest_runs_then_it_stops(tmp_path):
+    """Seed 0's search began on another class: running its other cells here would mix classes within
+    the seed (the family "not judged"), so they are left, named once, and the queue stops with status 3."""
+    p = project(tmp_path)
+    make_run(p / "results", "adam3", 8e-4, 0, crafted_fid("adam3", 8e-4, 0), machine=ELSEWHERE)
+    r = run(p)
+    assert r.returncode == 3, r.stderr
+    assert {s for s, _ in calls(p)} == {1, 2} and len(calls(p)) == 12          # seeds 1 and 2's search only
+    held = [x for x in r.stderr.splitlines() if x.startswith("t2: seed 0 ")]
+    assert held == [f"t2: seed 0 left for a machine of class {ELSEWHERE!r}, where its runs so far ran (this machine: "
+                    f"{here()!r}; the plan's one_machine_class_per_seed): adam3@4e-4 adam3@1.6e-3 oadagrad@1e-2 "
+                    "oadagrad@2e-2 oadagrad@3e-2"], r.stderr
+    assert r.stderr.splitlines()[-1] == ("error: t2: what is left needs another machine class (above); nothing more "
+                                         "run here")

@@ -8,8 +8,8 @@ from statsmodels.stats.multitest import multipletests
 from dadam3.report import families, plan, sections_plan
 from dadam3.report import runs as run_files
 from dadam3.report.build import build
-from report_plan_runs import (ARMS_PLAN, BEFORE, COMMIT, EPYC, OTHER, PLAN, SEARCH_DONE, XEON, make_run, selection,
-                              write_plan)
+from report_plan_runs import (ARMS_PLAN, BEFORE, COMMIT, ELSEWHERE, EPYC, OTHER, PLAN, SEARCH_DONE, XEON, here,
+                              make_run, selection, write_plan)
 
 
 @pytest.fixture
@@ -297,3 +297,20 @@ def test_next_prints_a_line_a_seed_and_nothing_when_complete_and_an_unknown_fami
     r = nxt("fig9")
     assert r.returncode == 2 and r.stderr.splitlines() == [
         f"error: --next=fig9: no such plan in {plans} (allowed: t2)"], r.stderr
+
+
+def test_next_leaves_out_a_seed_whose_runs_ran_on_another_machine_class_with_status_3(setup):
+    import subprocess
+    import sys
+    results, plans = setup
+    make_run(results, "adam3", 8e-4, 1, 90.0, machine=here())
+    make_run(results, "adam3", 8e-4, 0, 90.0, machine=ELSEWHERE)
+    make_run(results, "adam3", 4e-4, 2, 90.0, machine=ELSEWHERE)
+    make_run(results, "adam3", 1.6e-3, 2, 90.0, machine=here())     # seed 2 mixes already: left too
+    r = subprocess.run([sys.executable, "-m", "dadam3.report", "--results", str(results), "--plans", str(plans),
+                        "--next", "t2"], capture_output=True, text=True)
+    assert r.returncode == 3, r.stderr
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["1"]
+    assert [line.split(" left for ")[0] for line in r.stderr.splitlines()] == ["t2: seed 0", "t2: seed 2"]
+    both = " and ".join(map(repr, sorted({ELSEWHERE, here()})))
+    assert r.stderr.splitlines()[1].startswith(f"t2: seed 2 left for a machine of class {both}, where"), r.stderr

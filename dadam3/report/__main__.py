@@ -3,7 +3,9 @@
 
 ``--next FAMILY`` writes nothing: it prints the runs that family's plan needs next, one line a seed,
 ``SEED CELL ...`` (the cells as ``experiments/evidence_round3.sh`` takes them; the selection first,
-then, once a step size is chosen, the fresh seeds at it), and nothing when the family is complete.
+then, once a step size is chosen, the fresh seeds at it), and nothing when the family is complete. A seed
+whose runs so far ran on another machine class (provenance ``device_model``) is left out, named on stderr,
+and the exit status is 3: a run of it here would mix classes within the seed.
 
 A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
 environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
@@ -55,18 +57,29 @@ def main(argv=None) -> None:
 
 
 def print_next(results: Path, plan_dir: Path, family: str) -> None:
-    """``SEED CELL ...`` for each seed with runs to make or resume in ``family``."""
+    """``SEED CELL ...`` for each seed with runs to make or resume in ``family`` on this machine; a seed
+    whose runs so far ran on another machine class is one line on stderr instead, and the exit status 3."""
     from dadam3.report import families, plan
     from dadam3.report.runs import one_snapshot
+    from dadam3.run.job_log import device_model
 
     plans = {p.family: p for p in plan.load_all(plan_dir)}
     if family not in plans:
         raise ConfigError("--next", family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
     with one_snapshot():
-        todo = families.build(results, plans[family]).todo
-    for seed, cells in todo.items():
-        print(seed, *cells)
-
+        fam = families.build(results, plans[family])
+    devices = {s.get("device", "cpu") for r in fam.runs for s in r.provenance} or {"cpu"}
+    here = device_model(devices.pop() if len(devices) == 1 else "cpu")
+    elsewhere = families.bound_elsewhere(fam, here)
+    for seed, cells in fam.todo.items():
+        if seed not in elsewhere:
+            print(seed, *cells)
+    for seed, classes in elsewhere.items():
+        print(f"{family}: seed {seed} left for a machine of class {' and '.join(map(repr, classes))}, where its "
+              f"runs so far ran (this machine: {here!r}; the plan's one_machine_class_per_seed): "
+              + " ".join(fam.todo[seed]), file=sys.stderr)
+    if elsewhere:
+        sys.exit(3)
 
 if __name__ == "__main__":
     exit_on_signals("while the report was built: REPORT.md may be incomplete; run the command again")

@@ -227,6 +227,17 @@ def environment(runs: list[tuple[str, Run]]) -> str:
     return "; ".join(problems)
 
 
+def bound_elsewhere(fam: Family, here: str) -> dict[int, list[str]]:
+    """The seeds of ``fam.todo`` whose runs so far ran on a machine class other than ``here``, each with
+    those classes: a run of theirs made here would break the plan's one_machine_class_per_seed (the
+    family would be shown "not judged (mixed environments)")."""
+    classes: dict[int, set[str]] = {}
+    for cell in fam.units.values():
+        for seed, r in cell.items():
+            classes.setdefault(seed, set()).update(s.get("device_model", UNKNOWN) for s in r.provenance)
+    return {s: sorted(classes[s]) for s in fam.todo if classes.get(s, {here}) - {here}}
+
+
 def post_hoc(plan: Plan, runs: list[Run]) -> str:
     """"" when every run started after the plan's last commit; else why the verdict is post hoc."""
     if plan.committed is None:

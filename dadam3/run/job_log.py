@@ -122,7 +122,7 @@ def write_files(files: Mapping[Path, str]) -> None:
             write_text_whole(path, text)
 
 
-def _device_model(device: str) -> str:
+def device_model(device: str) -> str:
     """The accelerator's name, or the CPU's model name from /proc/cpuinfo (platform's otherwise)."""
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
@@ -160,7 +160,7 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              **code_fields(), "torch": torch.__version__,
-             "python": platform.python_version(), "device": device, "device_model": _device_model(device),
+             "python": platform.python_version(), "device": device, "device_model": device_model(device),
              "machine_session": _boot_id(), "torch_threads": torch.get_num_threads()}
     files = {}
     diff = code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
