@@ -60,6 +60,7 @@ def print_next(results: Path, plan_dir: Path, family: str) -> None:
     """``SEED CELL ...`` for each seed with runs to make or resume in ``family`` on this machine; a seed
     whose runs so far ran on another machine class is one line on stderr instead, and the exit status 3."""
     from dadam3.report import families, plan
+    from dadam3.report.environments import bound_elsewhere
     from dadam3.report.runs import one_snapshot
     from dadam3.run.job_log import device_model
 
@@ -70,7 +71,7 @@ def print_next(results: Path, plan_dir: Path, family: str) -> None:
         fam = families.build(results, plans[family])
     devices = {s.get("device", "cpu") for r in fam.runs for s in r.provenance} or {"cpu"}
     here = device_model(devices.pop() if len(devices) == 1 else "cpu")
-    elsewhere = families.bound_elsewhere(fam, here)
+    elsewhere = bound_elsewhere(fam.units, fam.todo, here)
     for seed, cells in fam.todo.items():
         if seed not in elsewhere:
             print(seed, *cells)

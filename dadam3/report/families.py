@@ -1,6 +1,6 @@
 """A plan's claim family from its runs (:mod:`dadam3.report.plan`): the step-size search and its
 choice (bracketed, or flat between two cells and then judged at both), the runs still to make,
-the environment rules (one clean commit; each seed on one machine class), the post hoc label, and
+the environment rules (:mod:`dadam3.report.environments`), the post hoc label, and
 each claim judged under both scorers with Holm over the family (:mod:`dadam3.report.multiplicity`).
 
 A *unit* is what a claim names: a method at a step size (fig2/fig3: ``method@lr``) or an arm of a
@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dadam3.report import multiplicity as mt
+from dadam3.report.environments import commits_text, environment, machine_class
 from dadam3.report.evidence import curve_mean
 from dadam3.report.plan import Claim, Plan, parse_time
-from dadam3.report.runs import LABEL, UNKNOWN, Run, method_runs, seed_dirs, load_run
+from dadam3.report.runs import LABEL, Run, method_runs, seed_dirs, load_run
 from dadam3.report.stats import Paired, paired
 
 PRIMARY, SECOND = "fid_mean", "fid_mean_fmnist_mlp"
@@ -195,49 +196,6 @@ def search(plan: Plan, method: str, units: dict) -> Selection:
     return sel
 
 
-def _commit(run: Run) -> str:
-    return ", ".join(sorted({str(s.get("code_commit", UNKNOWN)) for s in run.provenance})) or UNKNOWN
-
-
-def _commits(runs: list[Run]) -> str:
-    return ", ".join(sorted({_commit(r)[:12] + ("+dirty" if _commit(r).endswith("+dirty") else "")
-                             for r in runs})) or "–"
-
-
-def _class(run: Run) -> str:
-    return run.provenance_field("device_model")
-
-
-def environment(runs: list[tuple[str, Run]]) -> str:
-    """"" when every run is from one clean commit and each seed on one machine class; else what mixes."""
-    problems = []
-    commits: dict[str, int] = {}
-    for _, r in runs:
-        commits[_commit(r)] = commits.get(_commit(r), 0) + 1
-    if len(commits) > 1 or any(c.endswith("+dirty") or c == UNKNOWN or "," in c for c in commits):
-        problems.append("commits " + ", ".join(f"{c[:12]}{'+dirty' if c.endswith('+dirty') else ''} ({n} runs)"
-                                               for c, n in sorted(commits.items())))
-    by_seed: dict = {}
-    for unit, r in runs:
-        by_seed.setdefault(r.seed, {}).setdefault(_class(r), []).append(unit)
-    for seed, classes in sorted(by_seed.items(), key=lambda kv: str(kv[0])):
-        if len(classes) > 1:
-            problems.append(f"seed {seed} on " + ", ".join(f"{c} ({', '.join(sorted(set(u)))})"
-                                                           for c, u in sorted(classes.items())))
-    return "; ".join(problems)
-
-
-def bound_elsewhere(fam: Family, here: str) -> dict[int, list[str]]:
-    """The seeds of ``fam.todo`` whose runs so far ran on a machine class other than ``here``, each with
-    those classes: a run of theirs made here would break the plan's one_machine_class_per_seed (the
-    family would be shown "not judged (mixed environments)")."""
-    classes: dict[int, set[str]] = {}
-    for cell in fam.units.values():
-        for seed, r in cell.items():
-            classes.setdefault(seed, set()).update(s.get("device_model", UNKNOWN) for s in r.provenance)
-    return {s: sorted(classes[s]) for s in fam.todo if classes.get(s, {here}) - {here}}
-
-
 def post_hoc(plan: Plan, runs: list[Run]) -> str:
     """"" when every run started after the plan's last commit; else why the verdict is post hoc."""
     if plan.committed is None:
@@ -262,7 +220,7 @@ def _outcome(claim: Claim, plan: Plan, ra: dict, rb: dict, seeds, key: str) -> O
                    mt.p_value(claim.rel, p.diffs, plan.margin))
 
 
-def by_class(claim: Claim, plan: Plan, out: Outcome, classes: dict) -> str:
+def bymachine_class(claim: Claim, plan: Plan, out: Outcome, classes: dict) -> str:
     """With fresh seeds on two or more machine classes: the effect on each class's seeds and
     whether its sign differs from the whole's."""
     if len(classes) < 2:
@@ -290,9 +248,9 @@ def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str,
                     for u, r in ((ua, ra), (ub, rb)) if r[s].status != "finished"]
     used = [r[s] for s in both for r in (ra, rb)]
     for s in both:
-        row.classes.setdefault(_class(ra[s]), []).append(s)
+        row.classes.setdefault(machine_class(ra[s]), []).append(s)
     row.post_hoc = post_hoc(plan, used + extra)
-    row.commits = _commits(used + extra)
+    row.commits = commits_text(used + extra)
     if env:
         row.state = f"not judged (mixed environments: {env})"
         return row
@@ -301,7 +259,7 @@ def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str,
         row.state = f"awaiting runs ({len(both)} of {plan.fresh_min} fresh seeds finished on both sides)"
         return row
     row.second = _outcome(claim, plan, ra, rb, both, SECOND)
-    row.by_class = by_class(claim, plan, row.primary, row.classes)
+    row.by_class = bymachine_class(claim, plan, row.primary, row.classes)
     return row
 
 
@@ -344,7 +302,7 @@ def build(root: Path, plan: Plan) -> Family:
             waiting = f"awaiting runs (selection not finished for {' and '.join(LABEL.get(n, n) for n in pending)})"
             row = Row(c, (c.a, c.b), f"not judged (mixed environments: {env})" if env else waiting)
             row.post_hoc = post_hoc(plan, [r for _, r in sel_runs])
-            row.commits = _commits([r for _, r in sel_runs])
+            row.commits = commits_text([r for _, r in sel_runs])
             rows.append(row)
             continue
         extra = [r for u, r in sel_runs if u.split("@")[0] in (c.a, c.b)]
