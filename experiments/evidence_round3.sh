@@ -23,15 +23,22 @@
 # runs/ folder (fig2/fig3: <runs>/lr<LR>/<METHOD>/seed<S>; heterogeneous:
 # <runs>/<data>/<setting>/lr<LR>/<METHOD>/seed<S>) through scripts/fmnist_figure.sh, which skips a
 # finished or diverged run and resumes an interrupted one: stop the script and call it again.
-# Run it from a clean worktree of one commit (every run of a family from one commit: the report
-# refuses to judge a family whose runs mix commits), e.g.
-#   git worktree add ../r3 <commit>; cd ../r3
-#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2 3 5" &   # one core
-#   nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 4 6 7" &     # the other
-# Then copy what the report reads into the repository's results/ (metrics, configs, provenance:
-# scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
+# Every run of a family comes from one clean commit (the report refuses to judge a family whose runs
+# mix commits): CODE=DIR runs the cells in DIR, a clean worktree of that commit (its own
+# scripts/fmnist_figure.sh and dadam3, its results/ folder), while this checkout's script, plans and
+# report choose them, so a family begun on an older commit goes on with today's queue, e.g.
+#   git worktree add ../r3 <commit>
+#   CODE=../r3 nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2 3 5" &   # one core
+#   CODE=../r3 nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 4 6 7" &   # the other
+# (CODE defaults to this checkout.) Then copy what the report reads into the repository's results/
+# (metrics, configs, provenance: scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
 # an M = 5 run (Intel Xeon class; docs/benchmarks.md).
 set -euo pipefail
+code=${CODE:-$(dirname "$0")/..}
+[ -f "$code/scripts/fmnist_figure.sh" ] || {
+  echo "error: CODE=$code: not a checkout of dadam3 (no scripts/fmnist_figure.sh in it); nothing run" >&2
+  exit 2; }
+export CODE; CODE=$(cd "$code" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 family=${1:?FAMILY: fig2, fig3 or heterogeneous}
@@ -39,7 +46,7 @@ if [ "${2:-}" = next ]; then
   only=${3:-} previous= waiting= said=
   held=$(mktemp); trap 'rm -f "$held"' EXIT
   while :; do
-    rc=0; all=$("$PY" -m dadam3.report --results results --plans docs/analysis_plan --next "$family" 2> "$held") || rc=$?
+    rc=0; all=$("$PY" -m dadam3.report --results "$CODE/results" --plans docs/analysis_plan --next "$family" 2> "$held") || rc=$?
     [ "$rc" = 0 ] || [ "$rc" = 3 ] || { cat "$held" >&2; exit 2; }
     [ "$(cat "$held")" = "$said" ] || { said=$(cat "$held"); [ -z "$said" ] || echo "$said" >&2; }   # once each
     todo=$all
@@ -110,6 +117,6 @@ for seed in $seeds; do
   [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS: $seed is not a non-negative integer; nothing more run" >&2; exit 2; }
   while IFS='|' read -r name experiment method overrides; do
     # shellcheck disable=SC2086  # the overrides are words
-    PYTHON="$PY" bash scripts/fmnist_figure.sh "$name" "$experiment" "$method" "$seed" $overrides
+    (cd "$CODE" && PYTHON="$PY" bash scripts/fmnist_figure.sh "$name" "$experiment" "$method" "$seed" $overrides)
   done <<< "$resolved"
 done

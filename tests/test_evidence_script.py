@@ -36,7 +36,7 @@ def crafted_fid(method: str, lr: float, seed: int) -> float:
 
 
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments").mkdir(parents=True)
     shutil.copy(ROOT / "experiments" / "evidence_round3.sh", tmp_path / "experiments")
     (tmp_path / "scripts").mkdir()
     (tmp_path / "scripts" / "fmnist_figure.sh").write_text(STAND_IN)
@@ -123,3 +123,22 @@ def test_a_seed_begun_on_another_machine_class_is_left_for_it_and_the_rest_runs_
                     "oadagrad@2e-2 oadagrad@3e-2"], r.stderr
     assert r.stderr.splitlines()[-1] == ("error: t2: what is left needs another machine class (above); nothing more "
                                          "run here")
+
+
+def test_code_runs_the_cells_in_another_checkout_while_this_one_chooses_them(tmp_path):
+    """CODE=DIR: the runs are made in DIR (its stand-in, its results/), the plan and the report here;
+    a CODE that is not a checkout is one line and runs nothing."""
+    here_dir, code = project(tmp_path / "main"), project(tmp_path / "old")
+    (here_dir / "scripts" / "fmnist_figure.sh").write_text("echo should not run >> calls.log; exit 1\n")
+    for method, lrs in (("adam3", (4e-4, 8e-4, 1.6e-3)), ("oadagrad", (1e-2, 2e-2, 3e-2))):
+        for lr in lrs:
+            for s in (0, 1, 2):                       # the search is done (in the other checkout)
+                make_run(code / "results", method, lr, s, crafted_fid(method, lr, s), machine=here())
+    r = run(here_dir, CODE="../old")
+    assert r.returncode == 0, r.stderr
+    assert not (here_dir / "calls.log").exists() and not any((here_dir / "results").iterdir())
+    assert sorted(calls(code)) == [(s, c) for s in range(3, 8) for c in ("adam3@8e-4", "oadagrad@2e-2")]
+    r = run(here_dir, "0", CODE=str(tmp_path / "nowhere"))
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"error: CODE={tmp_path / 'nowhere'}: not a checkout of dadam3 (no scripts/fmnist_figure.sh in it); "
+        "nothing run"]
