@@ -82,6 +82,7 @@ def print_next(results: Path, plan_dir: Path, family: str) -> None:
     if elsewhere:
         sys.exit(3)
 
+
 if __name__ == "__main__":
     exit_on_signals("while the report was built: REPORT.md may be incomplete; run the command again")
     main()
