@@ -16,7 +16,8 @@
 #   FAMILY   fig2 | fig3 | heterogeneous (the plan file's name)
 #   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh)
 #   CELLS    fig2/fig3: METHOD@LR ... (a method of the plan and a step size of its grid);
-#            heterogeneous: ARM ... (an arm of the plan)
+#            heterogeneous: ARM ... (an arm of the plan). A seed whose runs so far ran on another
+#            machine class is refused before any run (status 3, one line each)
 #
 # Seed by seed, then cell by cell, so that the runs one seed pairs run back to back on the same
 # machine in the same session (the plan's one_machine_class_per_seed). Each run goes to the plan's
@@ -114,7 +115,13 @@ iterations=$("$PY" -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))[
 [ "${SMOKE:-0}" = 1 ] || export ITERATIONS=$iterations   # SMOKE=1: fmnist_figure.sh's seconds-long runs
 
 for seed in $seeds; do
-  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS: $seed is not a non-negative integer; nothing more run" >&2; exit 2; }
+  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS: $seed is not a non-negative integer; nothing run" >&2; exit 2; }
+done
+# shellcheck disable=SC2086  # the seeds are words
+"$PY" -m dadam3.report --results "$CODE/results" --plans docs/analysis_plan --here "$family" $seeds || {
+  rc=$?; [ "$rc" != 3 ] || echo "error: $family: seeds $seeds: a run of the seeds above here would mix machine classes within a seed; nothing run" >&2
+  exit "$rc"; }
+for seed in $seeds; do
   while IFS='|' read -r name experiment method overrides; do
     # shellcheck disable=SC2086  # the overrides are words
     (cd "$CODE" && PYTHON="$PY" bash scripts/fmnist_figure.sh "$name" "$experiment" "$method" "$seed" $overrides)

@@ -125,6 +125,24 @@ def test_a_seed_begun_on_another_machine_class_is_left_for_it_and_the_rest_runs_
                                          "run here")
 
 
+def test_explicit_cells_of_a_seed_begun_on_another_machine_class_are_refused_before_any_run(tmp_path):
+    """FAMILY SEEDS CELLS asks too: one line for each seed bound to another class, status 3, nothing run;
+    the same cells on a seed with no runs elsewhere run."""
+    p = project(tmp_path)
+    make_run(p / "results", "adam3", 8e-4, 0, crafted_fid("adam3", 8e-4, 0), machine=ELSEWHERE)
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    r = subprocess.run(["bash", "experiments/evidence_round3.sh", "t2", "1 0", "adam3@4e-4"], cwd=p, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 3 and not (p / "calls.log").exists(), r.stderr
+    assert r.stderr.splitlines() == [
+        f"t2: seed 0 left for a machine of class {ELSEWHERE!r}, where its runs so far ran (this machine: {here()!r}; "
+        "the plan's one_machine_class_per_seed)",
+        "error: t2: seeds 1 0: a run of the seeds above here would mix machine classes within a seed; nothing run"]
+    r = subprocess.run(["bash", "experiments/evidence_round3.sh", "t2", "1", "adam3@4e-4"], cwd=p, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and calls(p) == [(1, "adam3@4e-4")], r.stderr
+
+
 def test_code_runs_the_cells_in_another_checkout_while_this_one_chooses_them(tmp_path):
     """CODE=DIR: the runs are made in DIR (its stand-in, its results/), the plan and the report here;
     a CODE that is not a checkout is one line and runs nothing."""

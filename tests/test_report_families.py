@@ -314,3 +314,12 @@ def test_next_leaves_out_a_seed_whose_runs_ran_on_another_machine_class_with_sta
     assert [line.split(" left for ")[0] for line in r.stderr.splitlines()] == ["t2: seed 0", "t2: seed 2"]
     both = " and ".join(map(repr, sorted({ELSEWHERE, here()})))
     assert r.stderr.splitlines()[1].startswith(f"t2: seed 2 left for a machine of class {both}, where"), r.stderr
+    here_ = [sys.executable, "-m", "dadam3.report", "--results", str(results), "--plans", str(plans), "--here", "t2"]
+    r = subprocess.run([*here_, "1", "3"], capture_output=True, text=True)       # seed 3: no runs yet
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    r = subprocess.run([*here_, "1", "2", "0"], capture_output=True, text=True)
+    assert r.returncode == 3 and [line.split(" left for ")[0] for line in r.stderr.splitlines()] == [
+        "t2: seed 2", "t2: seed 0"], r.stderr
+    r = subprocess.run([*here_, "x1"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "error: --here=x1: FAMILY SEED ...: one or more non-negative integers"], r.stderr

@@ -5,7 +5,8 @@
 ``SEED CELL ...`` (the cells as ``experiments/evidence_round3.sh`` takes them; the selection first,
 then, once a step size is chosen, the fresh seeds at it), and nothing when the family is complete. A seed
 whose runs so far ran on another machine class (provenance ``device_model``) is left out, named on stderr,
-and the exit status is 3: a run of it here would mix classes within the seed.
+and the exit status is 3: a run of it here would mix classes within the seed. ``--here FAMILY SEED ...``
+writes nothing either: the same line for each SEED whose runs so far ran on another class, and status 3.
 
 A damaged or hand-edited file of a run is one line naming it (:mod:`dadam3.report.read`); every
 environmental failure and signal too (the boundary: :func:`dadam3.errors.boundary.exit_on_failure`)."""
@@ -31,6 +32,9 @@ def main(argv=None) -> None:
     p.add_argument("--plans", type=path_argument("--plans"), default=PLAN_DIR,
                    help="the folder of the analysis plans (default: the checkout's docs/analysis_plan)")
     p.add_argument("--next", metavar="FAMILY", help="print the runs FAMILY's plan needs next and write nothing")
+    p.add_argument("--here", nargs="+", metavar=("FAMILY", "SEED"), type=str,
+                   help="status 3, with one line each, when a SEED's runs of FAMILY so far ran on another machine "
+                        "class; write nothing")
     a = p.parse_args(argv)
     if not a.results.is_dir():
         print(f"error: --results={a.results}: not a directory (expected the results folder with the run "
@@ -39,6 +43,8 @@ def main(argv=None) -> None:
     try:
         if a.next is not None:
             return print_next(a.results, a.plans, a.next)
+        if a.here is not None:
+            return check_here(a.results, a.plans, a.here[0], a.here[1:])
         removed, queue = write(a.results, a.plans)
     except ConfigError as e:         # no runs there, a damaged run, or a REPORT.md the report did not write
         print(f"error: {e}", file=sys.stderr)
@@ -56,31 +62,55 @@ def main(argv=None) -> None:
               + " ".join(str(a.results / g) for g in grids))
 
 
-def print_next(results: Path, plan_dir: Path, family: str) -> None:
-    """``SEED CELL ...`` for each seed with runs to make or resume in ``family`` on this machine; a seed
-    whose runs so far ran on another machine class is one line on stderr instead, and the exit status 3."""
+def family_here(results: Path, plan_dir: Path, family: str, option: str):
+    """``family``'s runs and plan (:func:`dadam3.report.families.build`) and this machine's class."""
     from dadam3.report import families, plan
-    from dadam3.report.environments import bound_elsewhere
     from dadam3.report.runs import one_snapshot
     from dadam3.run.job_log import device_model
 
     plans = {p.family: p for p in plan.load_all(plan_dir)}
     if family not in plans:
-        raise ConfigError("--next", family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
+        raise ConfigError(option, family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
     with one_snapshot():
         fam = families.build(results, plans[family])
     devices = {s.get("device", "cpu") for r in fam.runs for s in r.provenance} or {"cpu"}
-    here = device_model(devices.pop() if len(devices) == 1 else "cpu")
+    return fam, device_model(devices.pop() if len(devices) == 1 else "cpu")
+
+
+def say_held(family: str, elsewhere: dict, here: str, cells: dict) -> None:
+    """One line on stderr for each seed bound to another class, and the exit status 3 if any."""
+    for seed, classes in elsewhere.items():
+        named = f": {' '.join(cells[seed])}" if cells.get(seed) else ""
+        print(f"{family}: seed {seed} left for a machine of class {' and '.join(map(repr, classes))}, where its "
+              f"runs so far ran (this machine: {here!r}; the plan's one_machine_class_per_seed){named}",
+              file=sys.stderr)
+    if elsewhere:
+        sys.exit(3)
+
+
+def print_next(results: Path, plan_dir: Path, family: str) -> None:
+    """``SEED CELL ...`` for each seed with runs to make or resume in ``family`` on this machine; a seed
+    whose runs so far ran on another machine class is one line on stderr instead, and the exit status 3."""
+    from dadam3.report.environments import bound_elsewhere
+
+    fam, here = family_here(results, plan_dir, family, "--next")
     elsewhere = bound_elsewhere(fam.units, fam.todo, here)
     for seed, cells in fam.todo.items():
         if seed not in elsewhere:
             print(seed, *cells)
-    for seed, classes in elsewhere.items():
-        print(f"{family}: seed {seed} left for a machine of class {' and '.join(map(repr, classes))}, where its "
-              f"runs so far ran (this machine: {here!r}; the plan's one_machine_class_per_seed): "
-              + " ".join(fam.todo[seed]), file=sys.stderr)
-    if elsewhere:
-        sys.exit(3)
+    say_held(family, elsewhere, here, fam.todo)
+
+
+def check_here(results: Path, plan_dir: Path, family: str, seeds: list[str]) -> None:
+    """Status 3, one line each, for the ``seeds`` whose runs of ``family`` so far ran on another machine
+    class (``experiments/evidence_round3.sh``'s explicit cells ask before any run)."""
+    from dadam3.report.environments import bound_elsewhere
+
+    wrong = [x for x in seeds if not x.isdigit()]
+    if not seeds or wrong:
+        raise ConfigError("--here", " ".join(wrong) or family, "FAMILY SEED ...: one or more non-negative integers")
+    fam, here = family_here(results, plan_dir, family, "--here")
+    say_held(family, bound_elsewhere(fam.units, {int(x): [] for x in seeds}, here), here, {})
 
 
 if __name__ == "__main__":
