@@ -41,7 +41,7 @@ def test_no_runs_names_every_arm_awaiting_and_the_command(tmp_path):
     text = "\n".join(lines)
     arms = list(het.load_plan(PLAN)["arms"])
     assert f"Awaiting runs ({len(arms)} of {len(arms)} arms have fewer than 5 finished fresh seeds)" in text
-    assert f'`bash experiments/evidence_round3.sh heterogeneous "3 4 5 6 7" "{" ".join(arms)}"`' in text
+    assert ". Command: `bash experiments/evidence_round3.sh heterogeneous next` (with `CODE=DIR`" in text
     assert "No committed cells under `results/gossip_heterogeneous/`" in text
     assert not (tmp_path / "report").exists()
 

@@ -27,7 +27,7 @@ TITLE = "Beyond the paper: heterogeneous nodes"
 PLAN = "docs/analysis_plan/heterogeneous.yaml"          # relative to the repository (the results folder's parent)
 GAME_DIR = "gossip_heterogeneous"                        # relative to the results folder
 SECOND = "_fmnist_mlp"                                   # the second scorer's keys: fid_mean_fmnist_mlp, ...
-COMMAND = 'bash experiments/evidence_round3.sh heterogeneous "{seeds}" "{arms}"'
+COMMAND = "bash experiments/evidence_round3.sh heterogeneous next"      # each seed's missing arms, seed by seed
 
 
 def lr_folder(lr: float) -> str:
@@ -162,7 +162,6 @@ def figure_consensus(groups: dict[str, list[Run]], path: Path) -> None:
 
 def gan_part(root: Path, out: Output, plan: dict, plan_name: str) -> list[str]:
     runs = arm_runs(root, plan)
-    seeds = " ".join(map(str, plan["fresh_seeds"]))
     fresh, need = set(plan["fresh_seeds"]), int(plan.get("fresh_min", len(plan["fresh_seeds"])))
     waiting = [name for name, rs in runs.items() if sum(r.status == "finished" and r.seed in fresh for r in rs) < need]
     lines = [f"Plan: [{plan_name}](../{plan_name}) (committed before its runs): {len(plan['arms'])} arms on the "
@@ -171,8 +170,8 @@ def gan_part(root: Path, out: Output, plan: dict, plan_name: str) -> list[str]:
              "the tables below.", ""]
     if waiting:
         lines += [f"Awaiting runs ({len(waiting)} of {len(runs)} arms have fewer than {need} finished fresh seeds): "
-                  + ", ".join(f"`{a}`" for a in waiting) + ". Command (from a clean worktree of one commit): "
-                  f"`{COMMAND.format(seeds=seeds, arms=' '.join(waiting))}`.", ""]
+                  + ", ".join(f"`{a}`" for a in waiting) + f". Command: `{COMMAND}` (with `CODE=DIR`, a clean "
+                  "worktree of the family's commit: docs/experiments.md).", ""]
     have = {name: rs for name, rs in runs.items() if rs}
     if not have:
         return lines
