@@ -32,8 +32,8 @@
 #   CODE=../r3 nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "0 2 3 5" &   # one core
 #   CODE=../r3 nohup nice -n 19 bash experiments/evidence_round3.sh fig3 next "1 4 6 7" &   # the other
 # (CODE defaults to this checkout.) Then copy what the report reads into the repository's results/
-# (metrics, configs, provenance: scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~14 min
-# an M = 5 run (Intel Xeon class; docs/benchmarks.md).
+# (metrics, configs, provenance: scripts/copy_runs.sh) and run `make report`. Cost on one idle core: ~3 min a one-node run, ~8 min
+# an M = 5 run (two at once on a 2-core Intel Xeon or AMD EPYC machine, measured 2026-11-28).
 set -euo pipefail
 code=${CODE:-$(dirname "$0")/..}
 [ -f "$code/scripts/fmnist_figure.sh" ] || {
