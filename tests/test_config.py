@@ -69,3 +69,29 @@ def test_a_wheel_installed_elsewhere_trains_and_runs_the_synthetic_game(installe
                        **run)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert any((cwd / "synthetic").iterdir())
+
+
+@pytest.mark.slow
+def test_a_users_own_presets_run_in_a_wheel_installed_elsewhere(installed):
+    """Issue 47 point 4 in the non-editable install: a user's experiment and optimizer presets, kept in a
+    directory outside the package, train through ``--config-dir`` and compose through
+    ``hydra.searchpath``; an unknown name lists the user's options beside the packaged ones."""
+    from test_user_presets import EXPERIMENT, OPTIMIZER
+
+    python, env, cwd, _ = installed
+    mine = cwd / "mine"
+    (mine / "experiment").mkdir(parents=True)
+    (mine / "optimizer").mkdir()
+    (mine / "experiment" / "my_toy.yaml").write_text(EXPERIMENT)
+    (mine / "optimizer" / "my_dadam3.yaml").write_text(OPTIMIZER)
+    run = dict(capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+    train = [python, "-m", "dadam3.train"]
+    r = subprocess.run([*train, "--config-dir", str(mine), "experiment=my_toy", "device=cpu",
+                        f"hydra.run.dir={cwd / 'mine_run'}"], **run)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert '"status": "finished"' in (cwd / "mine_run" / "metrics.jsonl").read_text()
+    r = subprocess.run([*train, f"hydra.searchpath=[file://{mine}]", "experiment=my_toy", "--cfg", "job"], **run)
+    assert r.returncode == 0 and "beta3: 0.25" in r.stdout, (r.stdout + r.stderr)[-3000:]
+    r = subprocess.run([*train, "--config-dir", str(mine), "experiment=nope"], **run)
+    assert r.returncode != 0 and "experiment=nope: unknown experiment; allowed: " in r.stderr, r.stderr[-3000:]
+    assert "my_toy" in r.stderr and "toy_gaussians" in r.stderr
