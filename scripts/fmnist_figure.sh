@@ -16,7 +16,9 @@
 # Every run directory is tidied after training: no machine's absolute path in train.log, and no
 # byte copies (the logger's images/samples_averaged/ duplicates samples/*_avg.png; with one
 # node, node00's grid duplicates the averaged model's). Hydra's .hydra/hydra.yaml (absolute
-# paths) is git-ignored under results/.
+# paths) is git-ignored under results/. Samples (samples/, every evaluation's and every node's grid) and
+# checkpoints stay in the run directory, git-ignored: rerunning the run's command (its .hydra/overrides.yaml,
+# at the commit its provenance.json names) writes them again (docs/results.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
