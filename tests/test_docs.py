@@ -35,3 +35,30 @@ def test_link_finder_sees_a_broken_link(tmp_path):
     page = tmp_path / "x.md"
     page.write_text("[ok](x.md) [broken](nope/y.md#a) [web](https://e.org) [anchor](#z)")
     assert relative_links(page) == ["x.md", "nope/y.md#a"]
+
+
+NUMBER = re.compile(r"(?<![\w.])[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def unquoted_numbers(section: str, report: str) -> list[str]:
+    """The numbers of ``section`` that the report does not print (its own figures, signs included)."""
+    return [n for n in NUMBER.findall(section) if n not in report]
+
+
+def guidance(page: Path) -> str:
+    """The advice section of docs/topology.md, up to the next heading of its level."""
+    text = page.read_text()
+    start = text.index("\n## What to choose")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def test_the_topology_advice_quotes_only_the_reports_numbers():
+    """Issue 43: the guidance on the graph and t quotes only numbers the generated report prints,
+    so a report regenerated from other runs cannot leave the advice behind unnoticed."""
+    report = (ROOT / "results" / "REPORT.md").read_text()
+    assert unquoted_numbers(guidance(ROOT / "docs" / "topology.md"), report) == []
+
+
+def test_the_quote_check_sees_a_number_the_report_lacks():
+    assert unquoted_numbers("Dadam3 wins by -12.5 FID [-20.1, -4.9] on 5 seeds", "x -12.5 [-20.1 y 5") == ["-4.9"]

@@ -217,8 +217,11 @@ def step_sizes(root: Path, out: Output, folder: str = "lr_sweep") -> list[str]:
         if inherited:       # the variant ran each method at the main sweep's choice only
             lines += [f"Step sizes: each method at the one chosen on the main sweep (`results/fmnist/lr_sweep/`, "
                       f"seeds {evidence.seed_text(evidence.SELECTION)}, its own iteration count); nothing is chosen "
-                      "here. Runs on those seeds share the seeds (initialisation and data order) that chose the "
-                      "step size, so they are shown as selection seeds, not as a verdict.", ""]
+                      "here: it inherits them, because it asks whether the main sweep's verdict survives another "
+                      "budget at the step sizes that verdict was judged at (a search of its own would be a new "
+                      "family, chosen and judged apart). Runs on those seeds share the seeds (initialisation and "
+                      "data order) that chose the step size, so they are shown as selection seeds, not as a "
+                      "verdict.", ""]
             lines += inherited_table(chosen, mine)
             lines += [_curves([r for r in mine if any(r.method == m and r.lr == s.chosen.lr
                                                       for m, s in chosen.items())],
