@@ -9,11 +9,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from report_plan_runs import ELSEWHERE, PLAN, here, make_run
 
 ROOT = Path(__file__).resolve().parent.parent
+# every test here runs the script end to end, tens of Python processes: 70-300 s each on a loaded
+# 2-core machine, so behind the slow marker (make test-slow, CI); the timeout only catches a hang
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 1800
 STAND_IN = r"""#!/usr/bin/env bash
 # NAME EXPERIMENT METHOD SEED optimizer.lr=LR: a crafted run whose final FID is lowest at adam3 8e-4 / oadagrad 2e-2
 set -euo pipefail
@@ -51,7 +56,7 @@ def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
            **env}
     return subprocess.run(["bash", "experiments/evidence_round3.sh", "t2", "next", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
 
 
 def calls(tmp_path: Path) -> list[tuple[int, str]]:
@@ -88,7 +93,7 @@ def test_a_queue_with_nothing_of_its_own_says_what_it_waits_for_once_and_asks_ag
     p = project(tmp_path)
     env = {**os.environ, "PYTHON": sys.executable, "POLL_S": "0.2",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
-    proc = subprocess.Popen(["timeout", "120", "bash", "experiments/evidence_round3.sh", "t2", "next", "3"], cwd=p,
+    proc = subprocess.Popen(["timeout", "600", "bash", "experiments/evidence_round3.sh", "t2", "next", "3"], cwd=p,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()           # waits for the line, however slow the machine
     time.sleep(6)                            # more polls: none may say it again
@@ -132,14 +137,14 @@ def test_explicit_cells_of_a_seed_begun_on_another_machine_class_are_refused_bef
     make_run(p / "results", "adam3", 8e-4, 0, crafted_fid("adam3", 8e-4, 0), machine=ELSEWHERE)
     env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     r = subprocess.run(["bash", "experiments/evidence_round3.sh", "t2", "1 0", "adam3@4e-4"], cwd=p, env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode == 3 and not (p / "calls.log").exists(), r.stderr
     assert r.stderr.splitlines() == [
         f"t2: seed 0 left for a machine of class {ELSEWHERE!r}, where its runs so far ran (this machine: {here()!r}; "
         "the plan's one_machine_class_per_seed)",
         "error: t2: seeds 1 0: a run of the seeds above here would mix machine classes within a seed; nothing run"]
     r = subprocess.run(["bash", "experiments/evidence_round3.sh", "t2", "1", "adam3@4e-4"], cwd=p, env=env,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode == 0 and calls(p) == [(1, "adam3@4e-4")], r.stderr
 
 
