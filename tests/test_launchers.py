@@ -61,7 +61,7 @@ def test_fmnist_scripts_smoke_and_the_analysis_notebook(tmp_path):
                                    ("fmnist_fig3.sh", ("dadam3", "cadam3", "dosg", "cosg"), (0,))):
         env["SEEDS"] = " ".join(map(str, seeds))
         r = subprocess.run(["bash", f"scripts/{script}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=900)
+                           timeout=1800)      # a hang, not a slow machine: 766 s for the whole test under load
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         assert "total wall time" in r.stdout
         fig = script.split("_")[1].removesuffix(".sh")
