@@ -51,7 +51,8 @@ from dadam3.games.synthetic_run import (SyntheticDiverged, SyntheticInterrupted,
 from dadam3.gan.memory import check_bytes
 from dadam3.run.job_log import CODE_DIFF, PROVENANCE, JobLog, record_provenance, write_provenance
 from dadam3.optim import mixer_for
-from dadam3.run.directory import RUN_ID_FILE, RunDir, check_run_dir, discard_if_unused
+from dadam3.run.directory import RUN_ID_FILE, RunDir, check_run_dir
+from dadam3.run.hydra_dirs import discard_if_unused
 from dadam3.run.manifest import RUN_FILES, run_files, stamp_manifest
 from dadam3.run.command_line import check_command_line
 from dadam3.run.schema import SyntheticConfig, synthetic_settings

@@ -42,7 +42,7 @@ from dadam3.distributed import exit_on_peer_failure, shutdown
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.run.trainer import WGANTrainer
 from dadam3.run.job_log import JobLog
-from dadam3.run.directory import discard_if_unused
+from dadam3.run.hydra_dirs import discard_if_unused
 from dadam3.run.command_line import check_command_line
 from dadam3.run.signals import StopSignals
 from dadam3.run.sweep import sweep_job

@@ -7,13 +7,18 @@ import os
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from dadam3.run import resume_config
 from dadam3.run.checkpoint import atomic_save, checkpoint_path, load, resume_command, resume_override
 from dadam3.errors.config import ConfigError
 from dadam3.run.loggers import read_jsonl
+from dadam3.run.resume_config import resume_argv
+from dadam3.train import main as train_main
 
 from test_run_dir import FAST, resume, run_cli
 from trainer_runs import ROOT, TOY, train
@@ -168,3 +173,23 @@ def test_a_resume_takes_the_config_from_the_checkpoint_and_a_new_directory_branc
     assert r.returncode == 0, r.stderr[-2000:]
     assert [x["changed"] for x in read_jsonl(run / "metrics.jsonl") if x["status"] == "resumed"] == [
         {"loop.iterations": [3, 4]}]
+
+
+def test_a_resume_reads_its_checkpoint_once_and_the_run_does_not_hold_it(tmp_path, monkeypatch):
+    """The resume's config and its run directory's checks share one load (checksum and
+    ``torch.load`` of a file of the nets and optimizer states); once loaded into the state, the
+    checkpoint is let go (the run would otherwise hold a second copy of its state on the host)."""
+    run = tmp_path / "run"
+    train([*TOY, "loop.iterations=3"], run)
+    reads = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: reads.append(Path(f)) or real(f, *a, **k))
+    monkeypatch.chdir(tmp_path)      # Hydra's own directory for the job: here
+    monkeypatch.setattr(sys, "argv", ["dadam3.train", *resume_argv([resume_override(run), "loop.iterations=4"])])
+    train_main()                      # as python -m dadam3.train does, in this process
+    assert reads == [checkpoint_path(run)]
+    assert read_jsonl(run / "metrics.jsonl")[-1]["status"] == "finished"
+    assert resume_config._READ == {}
+    t = resume([*TOY, resume_override(run), "loop.iterations=6"], run)     # the API's resume
+    assert t.run.lock.checkpoint is None and resume_config._READ == {} and t.state.iteration == 4
+    t.finish()

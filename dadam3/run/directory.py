@@ -17,6 +17,7 @@
   user names with ``hydra.run.dir`` (its log starts at the checkpoint's iteration).
 * ``resume=RUN hydra.run.dir=OTHER`` (OTHER not RUN) **branches**: a new run in OTHER starts from
   RUN's checkpoint (a new run id, its log from the checkpoint's iteration); RUN is not touched.
+* What the run writes that is there already must be of its kind (a file, a directory) and writable.
 * A lock (``.lock``, ``flock``-ed while the process lives) refuses a second live writer.
 * Stray temporaries of a killed checkpoint write (``checkpoints/.last.pt.*.tmp``) are deleted at claim.
 * Resuming: :func:`dadam3.run.checkpoint.resume.check_resume` checks the checkpoint against the config.
@@ -35,15 +36,17 @@ import uuid
 
 from omegaconf import OmegaConf
 
-from dadam3.run.checkpoint import (CHECKPOINT_DIR, RUN_ID_FILE, load, read_run_id, remove_stray_temporaries,
-                                   resolve_resume_path, resume_override)
+from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id, remove_stray_temporaries, resume_override
 from dadam3.run.checkpoint.files import LAST_CHECKPOINT
-from dadam3.run.checkpoint.resume import check_checkpoint, check_resume
+from dadam3.run.checkpoint.resume import check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_text_whole
+from dadam3.run.hydra_dirs import created_by_this_process
 from dadam3.run.paths import check_usable_dir
+from dadam3.run.resume_config import read_resume, release_resume
 from dadam3.run.rewind import check_log_not_ahead
-from dadam3.run.manifest import LOCK_FILE, MANIFEST, deletable, read_stamps, run_files, train_writes, write_manifest
+from dadam3.run.manifest import (LOCK_FILE, MANIFEST, RUN_DIRS, deletable, read_stamps, run_files, train_writes,
+                                 write_manifest)
 from dadam3.run.schema import TrainConfig, may_change_on_resume
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ class RunDir:
             raise
 
     def _commit(self) -> "RunDir":
-        self.created = not self.path.exists() or _created_by_this_process(self.path)
+        self.created = not self.path.exists() or created_by_this_process(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         if not (self.path / LOCK_FILE).exists():
             self.made.append(LOCK_FILE)
@@ -148,9 +151,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
     ckpt, changed, home = None, {}, None
     if resume is not None:
-        path = resolve_resume_path(resume)
-        ckpt = load(path, map_location="cpu", key="resume")
-        check_checkpoint(ckpt, path)
+        path, ckpt = read_resume(resume)
         home, why_not = _run_of(path, ckpt)
         if home is not None and dir_named and os.path.realpath(home) != os.path.realpath(run_dir):
             log.warning("branching: the run %s (untouched) continues from its checkpoint at iteration %d as a new run "
@@ -176,6 +177,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             existing = _replaced(run_dir, writes, overwrite, resume is None)
             _check_deletable(run_dir, existing)
             existing, kept = deletable(run_dir, existing, writes)
+        _check_outputs("hydra.run.dir" if home is None else "resume", run_dir, writes, existing)
     except BaseException:
         if lock is not None:
             lock.close()
@@ -210,6 +212,23 @@ def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool
                           f"holds another run's files ({', '.join(theirs)}); {again}choose a new "
                           "directory, or set overwrite=true to delete them")
     return theirs
+
+
+def _check_outputs(key: str, run_dir: Path, writes: Sequence[str], keep: Sequence[str]) -> None:
+    """Every name the run writes (``writes``) that exists in ``run_dir`` already (a resumed run's, a
+    user's file where a directory belongs) is of its kind and writable; ``keep``: what
+    ``overwrite=true`` deletes."""
+    for name in writes:
+        path, is_dir = run_dir / name, name in RUN_DIRS
+        if name in keep or not os.path.lexists(path):
+            continue
+        if is_dir != path.is_dir():
+            raise ConfigError(key, str(run_dir), f"{path} is a {'file' if is_dir else 'directory'} where the run "
+                                                 f"writes a {'directory' if is_dir else 'file'}; move it away or "
+                                                 "choose another directory")
+        if not os.access(path, os.W_OK | (os.X_OK if is_dir else 0)):
+            raise ConfigError(key, str(run_dir), f"{path} is not writable by this user; fix its permissions or "
+                                                 "choose another directory")
 
 
 def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
@@ -256,46 +275,6 @@ def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
     for d in dirs:
         if not os.access(d, os.W_OK | os.X_OK):
             raise refuse(d, "permission denied (the directory is not writable)")
-
-
-_NOTED: dict[str, Any] = {}    # what existed before Hydra made its directory: see note_existing
-
-
-def note_existing(root: str | os.PathLike) -> None:
-    """Before Hydra creates ``root`` (a run's or a sweep's directory) and the job directories in
-    it: remember which of them exist, so that what this process made can be removed again when
-    it stays empty (a refused run, a resume that continues elsewhere). Runs are not descended."""
-    root = Path(os.path.abspath(root))
-    anchor = root
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
-    existing = set()
-    if root.is_dir():
-        for d, dirnames, files in os.walk(root):
-            existing.add(Path(d))
-            if {"metrics.jsonl", LOCK_FILE, CHECKPOINT_DIR} & {*files, *dirnames}:
-                dirnames[:] = []
-    _NOTED.update(root=root, anchor=anchor, existing=existing)
-
-
-def _created_by_this_process(path: Path) -> bool:
-    """Whether ``path`` is a directory Hydra created for this process (see :func:`note_existing`)."""
-    if not _NOTED:
-        return False
-    path, root, anchor = Path(os.path.abspath(path)), _NOTED["root"], _NOTED["anchor"]
-    inside = path == root or root in path.parents or (anchor in path.parents and path in root.parents)
-    return inside and path not in _NOTED["existing"]
-
-
-def discard_if_unused(path: Path) -> None:
-    """Remove ``path`` and its parents that this process created while they are empty (nothing else)."""
-    path = Path(os.path.abspath(path))
-    while _created_by_this_process(path):
-        try:
-            path.rmdir()
-        except OSError:        # not empty, or gone
-            return
-        path = path.parent
 
 
 def _resume_hint(run_dir: Path) -> str:
@@ -345,6 +324,7 @@ def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             error.echo = placement.is_main
         elif not placement.is_main:
             rd = RunDir(*shared, committed=True)       # only rank 0 writes into the directory
+    release_resume()
     if error is not None:
         raise error
     return rd

@@ -28,6 +28,7 @@ from dadam3.run.paths import mkstemp_umask
 # directory); what overwrite=true deletes of a run written before manifests
 RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
              RUN_ID_FILE, ".hydra", "train.log", "code.diff")
+RUN_DIRS = (CHECKPOINT_DIR, "samples", "images", "wandb", ".hydra")     # of RUN_FILES, the directories
 LOCK_FILE = ".lock"
 LOGS = ("metrics.jsonl", "metrics.csv", "status.json")     # a run's log: a training's, a synthetic run's
 GROWING = ("metrics.jsonl", "train.log", "synthetic.log")     # logs appended to after the run's last stamp

@@ -6,10 +6,12 @@ applies only the keys the command line gives (:func:`given_keys`): a key ``k=v``
 under it), a group option of another name (its whole group: ``logger=wandb``), the keys a
 preset sets (``experiment=X``, ``loop=X``); choosing the run's own option again
 (``optimizer=dadam3`` on a Dadam3 run) gives only its name. What may not change is then named,
-every such key in one line (:func:`dadam3.run.checkpoint.resume.check_resume`)."""
+every such key in one line (:func:`dadam3.run.checkpoint.resume.check_resume`). The checkpoint is
+read once (:func:`read_resume`), for the config and the run directory's checks."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import hydra
@@ -18,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
-from dadam3.run.checkpoint.resume import check_checkpoint
+from dadam3.run.checkpoint.resume import check_checkpoint, stored_config
 from dadam3.run.schema import presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
@@ -27,7 +29,7 @@ from dadam3.run.schema.groups import GROUPS
 from dadam3.run.schema.runs import only_with
 
 _UNSET = object()
-_LOADED: dict[tuple, dict[str, Any]] = {}      # (checkpoint path, mtime, size) -> its flattened config
+_READ: dict[tuple, tuple[Path, dict]] = {}     # (path, mtime, size) -> (path, checkpoint): the last one read
 
 
 def resumed_config(cfg: DictConfig) -> DictConfig:
@@ -50,16 +52,31 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
 def run_config(resume: str) -> dict[str, Any]:
     """The flattened config of the run ``resume`` names, as its checkpoint stores it (keys an
     earlier version named otherwise under their names now: ``TrainConfig.renamed``); a file that
-    is no checkpoint of a run is one line (:func:`dadam3.run.checkpoint.load`, ``check_checkpoint``)."""
+    is no checkpoint of a run is one line (:func:`read_resume`: the
+    file is read once, for this and the run directory's checks)."""
+    _, ckpt = read_resume(resume)
+    return stored_config(ckpt, TrainConfig.renamed)
+
+
+def read_resume(resume: str) -> tuple[Path, dict]:
+    """(the checkpoint file ``resume`` names, its content) loaded (:func:`dadam3.run.checkpoint.load`)
+    and checked (:func:`check_checkpoint`) once for the resume's config and its run directory's
+    checks: the last one read is kept (while the file is unchanged) until :func:`release_resume`."""
     path = resolve_resume_path(resume)
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
-    if key not in _LOADED:
+    if key not in _READ:
+        _READ.clear()
         ckpt = load(path, map_location="cpu", key="resume")
         check_checkpoint(ckpt, path)
-        _LOADED.clear()
-        _LOADED[key] = {TrainConfig.renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}
-    return dict(_LOADED[key])
+        _READ[key] = path, ckpt
+    return _READ[key]
+
+
+def release_resume() -> None:
+    """Let go of the checkpoint :func:`read_resume` keeps (the run directory holds it until the
+    state is loaded)."""
+    _READ.clear()
 
 
 def group_choices(stored: dict[str, Any], overrides: Sequence[str] = ()) -> list[str]:

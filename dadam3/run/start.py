@@ -60,9 +60,6 @@ METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path"
                 "download": "metrics.download_weights", "num_samples": "metrics.samples",
                 "batch_size": "metrics.batch_size"}
 WANDB_PROJECT_FORBIDDEN = ("/", "\\", "#", "?", "%", ":")
-# what the run writes into its directory: (name, a directory?)
-RUN_OUTPUTS = (("metrics.jsonl", False), ("checkpoints", True), ("samples", True), ("config_resolved.yaml", False),
-               ("provenance.json", False), ("train.log", False), (".hydra", True), ("run_id", False))
 
 
 def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
@@ -91,8 +88,6 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     where = start_processes(s)
     # 2. the run directory, claimed (nothing written yet) and checked
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
-    key = "resume" if rd.checkpoint is not None and not rd.new_id else "hydra.run.dir"
-    on_every_rank(where.placement, lambda: check_outputs(key, rd.path, rd.replace) if where.placement.is_main else None)
     # 3. the state (a resume's checkpoint loaded into it)
     state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
     # 4. every check passed: the logs
@@ -101,6 +96,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     records = Records(logger, grid, where.placement)
     if rd.checkpoint is not None:               # the log says where the run continues and what changed
         records.status(state.iteration, "resumed", state.wall_time(), changed=rd.changed)
+        rd.checkpoint = None                    # loaded into the state: the run holds no second copy
     outputs = RunOutputs(records, Checkpointer(rd.path, where.placement, s.loop.checkpoint_every, s.config),
                          sample_hook(dataset, draws, rd.path / "samples", s.loop.sample_every, logger), evaluate)
     full_G = (stack_nets(state.G.node_module(0), s.nodes, in_shape=state.G.in_shape, out_shape=state.G.out_shape)
@@ -185,24 +181,6 @@ def set_cuda_flags(tf32: bool, cudnn_benchmark: bool) -> str:
             f"{be.cudnn.conv.fp32_precision}, cudnn.benchmark={be.cudnn.benchmark}")
 
 
-def check_outputs(key: str, run_dir: Path, keep: tuple[str, ...] = ()) -> None:
-    """Every path the run writes into ``run_dir`` that exists already (a resumed run's, a user's
-    file where a directory belongs) is of its kind and writable. ``keep``: what overwrite deletes."""
-    for name, is_dir in RUN_OUTPUTS:
-        path = run_dir / name
-        if name in keep or not os.path.lexists(path):
-            continue
-        if is_dir and not path.is_dir():
-            raise ConfigError(key, str(run_dir), f"{path} is a file where the run writes a directory; move it away "
-                                                 "or choose another directory")
-        if not is_dir and path.is_dir():
-            raise ConfigError(key, str(run_dir), f"{path} is a directory where the run writes a file; move it away "
-                                                 "or choose another directory")
-        if not os.access(path, os.W_OK | (os.X_OK if is_dir else 0)):
-            raise ConfigError(key, str(run_dir), f"{path} is not writable by this user; fix its permissions or "
-                                                 "choose another directory")
-
-
 def build_state(s: TrainConfig, rd: RunDir, where: Where,
                 nets: tuple | None) -> tuple[TrainState, object, GeneratorDraws, Evaluation | None]:
     """The run's state (a resume's checkpoint loaded: one that does not fit is refused before
@@ -221,10 +199,9 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where,
         autotune_pair(G, D, s.loop.batch_size, autocast=s.loop.autocast == "bf16")
     draws = GeneratorDraws(G.in_shape[0], s.seed, device, dtype)
     compiled = None if s.cuda.compile_step else False      # None: compiled on CUDA (the optimizers' default)
-    opt_g = build_optimizer(o.name, G.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
-                            **o.hparams)
-    opt_d = build_optimizer(o.name, D.parameters(), where.mixer, compile=compiled, start=False, engine=o.engine,
-                            **o.hparams)
+    hparams = o.hparams
+    opt_g, opt_d = (build_optimizer(o.name, net.parameters(), where.mixer, compile=compiled, start=False,
+                                    engine=o.engine, **hparams) for net in (G, D))
     with named_as(METRICS_KEYS):                # the weights are checked here
         evaluate = evaluation_hook(dataset, s.metrics, draws)
     with named_as({**d.keys("dataset."), "batch_size": "loop.batch_size"}):
@@ -235,7 +212,7 @@ def build_state(s: TrainConfig, rd: RunDir, where: Where,
     if rd.checkpoint is not None:
         load_state(state, rd.checkpoint, s.resume)
         for opt in (opt_g, opt_d):               # the checkpoint's param_groups hold the old values
-            opt.set_hparams(o.hparams)
+            opt.set_hparams(hparams)
     else:
         start_together([opt_d, opt_g])           # the first gossip round: Z_1 = X_0 W^t for both players
     return state, dataset, draws, evaluate

@@ -38,7 +38,7 @@ from dadam3.errors.config import ConfigError
 from dadam3.run.paths import check_usable_dir
 from dadam3.errors.stops import Diverged, RunStopped, stop_report
 from dadam3.run.rewind import parse_record, read_records
-from dadam3.run.directory import note_existing
+from dadam3.run.hydra_dirs import note_existing
 from dadam3.run.schema import config_error
 from dadam3.run.signals import Interrupted
 
@@ -195,7 +195,7 @@ def _record_job(sweep_dir: str, job: dict) -> None:
 class SweepStatus(Callback):
     """Refuses an unusable ``hydra.run.dir`` / ``hydra.sweep.dir`` with one line before Hydra
     creates it (noting what exists, so that what Hydra creates for a refused run can go again:
-    :func:`dadam3.run.directory.note_existing`), starts an invocation, and ends a sweep with one
+    :func:`dadam3.run.hydra_dirs.note_existing`), starts an invocation, and ends a sweep with one
     summary line and exit status 1 when any of its jobs did not finish."""
 
     def __init__(self):

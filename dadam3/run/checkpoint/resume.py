@@ -66,6 +66,12 @@ def identity_diff(stored: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
     return {k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
+def stored_config(ckpt: Mapping[str, Any], renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, Any]:
+    """The checkpoint's config, flattened, keys an earlier version named otherwise under their
+    names now (``renamed``: old -> new)."""
+    return {renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}
+
+
 def check_checkpoint(ckpt: Any, path: Path) -> None:
     """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
     only the entries this code writes, each of its type (:data:`~dadam3.run.checkpoint.contents.ENTRY_TYPES`),
@@ -92,12 +98,12 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
 
 def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool],
                  renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, list]:
-    """Refuse checkpoints of other runs or kinds (:func:`check_checkpoint`), changes to keys that
-    may not change (``may_change(dotted_key)`` is False: one line naming every such key), and a checkpoint already at
-    ``loop.iterations``; return the changed keys (``key -> [checkpoint's value, now]``) but
+    """For a checkpoint ``ckpt`` read from ``path`` (:func:`~dadam3.run.resume_config.read_resume`:
+    of this code's kind, checked), refuse changes to keys that may not change
+    (``may_change(dotted_key)`` is False: one line naming every such key), and a checkpoint
+    already at ``loop.iterations``; return the changed keys (``key -> [checkpoint's value, now]``) but
     ``resume`` and ``overwrite``. ``renamed``: a key of the checkpoint's config -> its name now."""
-    check_checkpoint(ckpt, path)
-    saved, now = {renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}, flatten(config)
+    saved, now = stored_config(ckpt, renamed), flatten(config)
     changed, refused = {}, []
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):
