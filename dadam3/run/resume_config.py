@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from dadam3.run.checkpoint import load, resolve_resume_path, resume_override
 from dadam3.run.checkpoint.resume import check_checkpoint, stored_config
-from dadam3.run.schema import presets
+import dadam3.run.schema.presets as presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema import TrainConfig, config_error, merged_overrides

@@ -48,8 +48,8 @@ from dadam3.run.paths import check_usable_dir
 from dadam3.run.records import Records
 from dadam3.run.resume_config import resumed_config
 from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
-from dadam3.run.schema import TrainConfig, train_settings
-from dadam3.run.schema.runs import Distributed
+from dadam3.run.schema.runs import Distributed, TrainConfig
+from dadam3.run.schema.settings import train_settings
 from dadam3.run.state import RunContext, RunOutputs, TrainState
 from dadam3.run.trainer import WGANTrainer
 

@@ -18,7 +18,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from dadam3.run.schema import presets
+import dadam3.run.schema.presets as presets
 from dadam3.run.config import CONFIG_DIR
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import closest, did_you_mean, schema_field
