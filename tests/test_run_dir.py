@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dadam3.run import hydra_dirs
 from dadam3.run.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
 from dadam3.errors.config import ConfigError
 from dadam3.run.directory import LOCK_FILE, check_run_dir
@@ -433,3 +434,17 @@ def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypa
     with pytest.raises(OSError):
         check_run_dir(run, None, {}).commit()
     assert run.is_dir() and not list(run.iterdir())
+
+
+def test_the_empty_parents_hydra_made_go_even_when_the_run_directory_went_first(tmp_path, monkeypatch):
+    """A claim undone (a W&B that would not start) removes the run directory it created; the
+    empty parents Hydra made for it (``outputs/train/<data>/``) go after it, nothing else."""
+    monkeypatch.setattr(hydra_dirs, "_NOTED", {})
+    (tmp_path / "kept").mkdir()
+    root = tmp_path / "outputs" / "train"
+    hydra_dirs.note_existing(root)
+    run = root / "data" / "run"
+    run.mkdir(parents=True)
+    run.rmdir()                         # RunDir.undo: the directory it created, removed
+    hydra_dirs.discard_if_unused(run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]

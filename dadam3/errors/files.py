@@ -61,18 +61,15 @@ def write_failure_reason(e: BaseException, path: Any) -> str:
 
 
 @contextlib.contextmanager
-def writing(path: Any, whole_file: bool = False) -> Iterator[None]:
+def writing(path: Any) -> Iterator[None]:
     """Within it, any exception while writing ``path`` is :class:`WriteFailed` naming it (a
-    library may report a failed write as any kind of exception). ``whole_file``: the block
-    writes all of ``path`` (an image), so a failure removes what it left of it."""
+    library may report a failed write as any kind of exception; a whole file is written by
+    :func:`write_whole`)."""
     try:
         yield
     except WriteFailed:
         raise
     except BaseException as e:
-        if whole_file:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
         if StoppedAtOnce.raised is not None and e is not StoppedAtOnce.raised:
             raise StoppedAtOnce.raised from None     # a second signal that a library made another error of
         if not isinstance(e, Exception):

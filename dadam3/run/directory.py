@@ -65,7 +65,6 @@ class RunDir:
     replace: tuple[str, ...] = ()        # another run's files that overwrite=true deletes at commit
     kept: tuple[str, ...] = ()           # names its manifest lists that are no longer what its run wrote: kept
     created: bool = False                # commit created the directory (undo() may remove it)
-    committed: bool = False
     new_id: bool = False                 # commit gives the directory a run id (a fresh run or a new home)
     made: list = field(default_factory=list)    # files commit created (undo() removes them)
     writes: tuple[str, ...] = ()         # what the run writes, listed in its manifest at commit
@@ -111,7 +110,6 @@ class RunDir:
         if self.checkpoint is not None:
             log.info("resuming from iteration %d in %s%s", self.checkpoint["iteration"], self.path,
                      "".join(f"; {k}: {a} -> {b}" for k, (a, b) in self.changed.items()))
-        self.committed = True
         return self
 
     def undo(self, new_files: tuple[str, ...] = ()) -> None:
@@ -242,13 +240,14 @@ def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
     if theirs is not None:
         return None, (f"the checkpoint belongs to another run (run id {theirs}), not to {run} "
                       f"({'run id ' + ours if ours else f'no {RUN_ID_FILE} file: a copy of a run needs it too'})")
-    if (run / "metrics.jsonl").is_file() and _config_on_file(run) == ckpt.get("config"):
+    if (run / "metrics.jsonl").is_file() and config_on_file(run) == ckpt.get("config"):
         return run, ""          # written before run ids: its run's config_resolved.yaml is the checkpoint's config
     return None, (f"the checkpoint has no run id (an older version's) and {run}'s config_resolved.yaml or "
                   "metrics.jsonl is not its run's")
 
 
-def _config_on_file(run: Path) -> Any:
+def config_on_file(run: Path) -> Any:
+    """The run's ``config_resolved.yaml`` as a container, or None (missing, unreadable, not YAML)."""
     try:
         return OmegaConf.to_container(OmegaConf.load(run / "config_resolved.yaml"))
     except Exception:           # missing or not YAML: not the checkpoint's run
@@ -323,7 +322,7 @@ def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             error = shared
             error.echo = placement.is_main
         elif not placement.is_main:
-            rd = RunDir(*shared, committed=True)       # only rank 0 writes into the directory
+            rd = RunDir(*shared)        # only rank 0 writes into the directory (commit)
     release_resume()
     if error is not None:
         raise error

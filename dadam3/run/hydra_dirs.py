@@ -46,6 +46,8 @@ def discard_if_unused(path: Path) -> None:
     while created_by_this_process(path):
         try:
             path.rmdir()
-        except OSError:        # not empty, or gone
+        except FileNotFoundError:      # gone already (a claim undone: RunDir.undo), its parents not
+            pass
+        except OSError:                # not empty
             return
         path = path.parent

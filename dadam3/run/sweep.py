@@ -37,7 +37,8 @@ from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
 from dadam3.run.paths import check_usable_dir
 from dadam3.errors.stops import Diverged, RunStopped, stop_report
-from dadam3.run.rewind import parse_record, read_records
+from dadam3.run.rewind import read_records
+from dadam3.run.directory import config_on_file
 from dadam3.run.hydra_dirs import note_existing
 from dadam3.run.schema import config_error
 from dadam3.run.signals import Interrupted
@@ -137,12 +138,9 @@ def _check_same_run(run_dir: Path, cfg: DictConfig) -> None:
 
 def _stored_config(run_dir: Path) -> dict | None:
     """The config of the run in ``run_dir``: its ``config_resolved.yaml``, else its checkpoint's."""
-    try:
-        stored = OmegaConf.to_container(OmegaConf.load(run_dir / "config_resolved.yaml"))
-        if isinstance(stored, dict):
-            return stored
-    except Exception:               # missing, unreadable or not YAML: the checkpoint says
-        pass
+    stored = config_on_file(run_dir)
+    if isinstance(stored, dict):
+        return stored
     if not checkpoint_path(run_dir).is_file():
         return None
     try:
@@ -163,24 +161,12 @@ def _check_own_dir(sweep_dir: str, run_dir: Path, job: dict) -> None:
     """Refuse a job whose directory an earlier job of this invocation used (a
     ``hydra.sweep.subdir`` that does not differ per job), before anything there is touched."""
     here = os.path.abspath(run_dir)
-    for other in _records(sweep_dir):
+    for other in read_records(Path(sweep_dir) / SWEEP_STATUS):
         if other.get("invocation") == job["invocation"] and os.path.abspath(other.get("dir", "")) == here:
             raise ConfigError("hydra.sweep.subdir", HydraConfig.get().sweep.subdir,
                               f"job #{job['job']} resolves to {run_dir}, the directory of job #{other.get('job')} of "
                               "this sweep; give every job its own (${hydra.job.override_dirname}, "
                               "${hydra.job.num})")
-
-
-def _records(sweep_dir: str) -> list[dict]:
-    path = Path(sweep_dir) / SWEEP_STATUS
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        record = parse_record(line)
-        if record is not None:
-            out.append(record)
-    return out
 
 
 def _record_job(sweep_dir: str, job: dict) -> None:
@@ -215,7 +201,7 @@ class SweepStatus(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         status = Path(config.hydra.sweep.dir) / SWEEP_STATUS
         # each job once (its last record): a job of several ranks (submitit's tasks) is one job
-        jobs = list({j.get("job"): j for j in _records(config.hydra.sweep.dir)
+        jobs = list({j.get("job"): j for j in read_records(status)
                      if j.get("invocation") == self._invocation}.values())
         failed = [j for j in jobs if j.get("status") != "finished"]
         if not failed:

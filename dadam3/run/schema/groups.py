@@ -48,7 +48,8 @@ class Dataset(Option):
         return self.name != "gaussians"
 
     def cross_check(self, prefix: str) -> None:
-        if self.partition != "dirichlet" and "alpha" in {f.name for f in fields(self)} and self.alpha != 0.5:
+        if (self.partition != "dirichlet" and "alpha" in {f.name for f in fields(self)}
+                and self.alpha != default_of(NodeSampler, "alpha")):
             raise ConfigError(f"{prefix}alpha", self.alpha, f"only used with {prefix}partition=dirichlet "
                                                              f"(partition={self.partition})")
 
