@@ -298,3 +298,25 @@ def test_a_range_the_library_declares_is_the_schemas():
     assert s.distributed.backend in BACKENDS
     with pytest.raises(ConfigError, match=rf"^distributed.backend=mpi: unknown value; allowed: {', '.join(BACKENDS)}$"):
         train_settings(compose("train", ["device=cpu", "placement=distributed", "distributed.backend=mpi"]))
+
+
+@pytest.mark.parametrize("base, key, value, said", [
+    (["experiment=toy_gaussians", "device=cpu"], "cuda.graphs", True,
+     "cuda.graphs=true: only used with a CUDA device (not device=cpu, nor device=auto without CUDA)"),
+    (["dataset=fake", "metrics.every=0"], "metrics.fid", True,
+     "metrics.fid=true: only used with metrics.every > 0"),
+    (["experiment=toy_gaussians"], "distributed.timeout_s", 60.0,
+     "distributed.timeout_s=60.0: only used with placement=distributed"),
+    (["dataset=fake"], "dataset.alpha", 0.1, "dataset.alpha=0.1: only used with dataset.partition=dirichlet"),
+])
+def test_a_preset_value_that_means_nothing_is_refused_as_a_given_one_is(base, key, value, said):
+    """A value that reaches the settings without the command line's check (a preset's, a user's
+    YAML) is held against the same rules (``ONLY_WITH``); at its default it passes."""
+    cfg = compose("train", base)
+    default = OmegaConf.select(cfg, key)
+    train_settings(cfg)
+    OmegaConf.update(cfg, key, value, force_add=True)
+    with pytest.raises(ConfigError, match="^" + said.replace("(", r"\(").replace(")", r"\)")):
+        train_settings(cfg)
+    OmegaConf.update(cfg, key, default, force_add=True)
+    train_settings(cfg)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, fields, make_dataclass
+from dataclasses import dataclass, make_dataclass
 from typing import Any, ClassVar, Iterator, Mapping, Optional
 
 from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
@@ -46,12 +46,6 @@ class Dataset(Option):
     @property
     def is_images(self) -> bool:
         return self.name != "gaussians"
-
-    def cross_check(self, prefix: str) -> None:
-        if (self.partition != "dirichlet" and "alpha" in {f.name for f in fields(self)}
-                and self.alpha != default_of(NodeSampler, "alpha")):
-            raise ConfigError(f"{prefix}alpha", self.alpha, f"only used with {prefix}partition=dirichlet "
-                                                             f"(partition={self.partition})")
 
 
 @dataclass

@@ -6,7 +6,7 @@ these objects are the runs' settings: typed, frozen, read by the entry points on
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING as NO_DEFAULT, dataclass, fields
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
@@ -155,17 +155,11 @@ class TrainConfig(Section):
         if not data.is_images and arch not in ("mlp", "custom"):     # custom: checked against the data at start-up
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
-        _check_evaluation_keys(self)
-        _check_cuda_keys_on_cpu(self)
+        _check_only_with(self)
         if self.loop.lr_warmup > self.loop.iterations:
             raise ConfigError("loop.lr_warmup", self.loop.lr_warmup, f"longer than the run (loop.iterations="
                                                                      f"{self.loop.iterations}): its step size would "
                                                                      "never reach optimizer.lr; at most that")
-        if self.placement == "local":
-            for f in fields(self.distributed):
-                if getattr(self.distributed, f.name) != f.default:
-                    raise ConfigError(f"distributed.{f.name}", getattr(self.distributed, f.name),
-                                      "only used with placement=distributed")
         m = self.metrics
         if data.is_images and m.every and m.any_image_metric and m.samples < IS_SPLITS:
             raise ConfigError("metrics.samples", m.samples,
@@ -216,16 +210,19 @@ def only_with(config: Any, key: str) -> str | None:
     return None
 
 
-def _check_evaluation_keys(s: TrainConfig) -> None:
-    """``metrics.every=0`` (no evaluation) with an evaluation key set off its default."""
-    if s.metrics.every:
-        return
-    defaults = Metrics()
-    for key in IMAGE_METRICS_KEYS:
-        value = getattr(s.metrics, key)
-        if value != getattr(defaults, key):
-            raise ConfigError(f"metrics.{key}", str(value).lower() if isinstance(value, bool) else value,
-                              f"only used with {ONLY_WITH['metrics.' + key][1]}")
+def _check_only_with(s: TrainConfig) -> None:
+    """A key of :data:`ONLY_WITH` that means nothing in ``s`` is refused when it is not its default
+    (a preset set it; given on the command line, :func:`~dadam3.run.schema.overrides.check_overrides`
+    refused it already)."""
+    for name, (test, said) in ONLY_WITH.items():
+        if test(s):
+            continue
+        section, _, key = name.partition(".")
+        for f in (f for f in fields(getattr(s, section)) if key in ("", f.name)):
+            value = getattr(getattr(s, section), f.name)
+            if value != (f.default_factory() if f.default is NO_DEFAULT else f.default):
+                raise ConfigError(f"{section}.{f.name}", str(value).lower() if isinstance(value, bool) else value,
+                                  f"only used with {said}")
 
 
 def _check_meaningful_for_points(s: TrainConfig) -> None:
@@ -247,19 +244,6 @@ def _check_meaningful_for_points(s: TrainConfig) -> None:
 def on_cuda(device: Any) -> bool:
     """Whether ``device`` runs on CUDA on this machine (``auto``: when there is CUDA)."""
     return device.startswith("cuda") or device == "auto" and torch.cuda.is_available()
-
-
-def _check_cuda_keys_on_cpu(s: TrainConfig) -> None:
-    """``cuda.*`` set (not its default) where the run is not on CUDA: ``device=cpu``, or ``auto`` on a
-    machine without CUDA (applied only on a CUDA device)."""
-    if on_cuda(s.device):
-        return
-    where = "device=cpu" if s.device == "cpu" else f"device={s.device} is the CPU here: this machine has no CUDA"
-    for f in fields(s.cuda):
-        value = getattr(s.cuda, f.name)
-        if value != f.default:
-            raise ConfigError(f"cuda.{f.name}", str(value).lower(), f"only used on a CUDA device ({where}); "
-                                                                    "drop it or use device=cuda on a CUDA machine")
 
 
 @dataclass
