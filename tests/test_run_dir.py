@@ -448,3 +448,12 @@ def test_the_empty_parents_hydra_made_go_even_when_the_run_directory_went_first(
     run.rmdir()                         # RunDir.undo: the directory it created, removed
     hydra_dirs.discard_if_unused(run)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+def test_a_run_directory_given_with_a_tilde_is_the_one_checked_and_written(tmp_path, monkeypatch):
+    """``build_trainer(s, Path("~/run"))``: the directory checked is the one written, in $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    t = train(SMALL, Path("~") / "run")
+    assert t.run_dir == tmp_path / "run" and (tmp_path / "run" / "metrics.jsonl").is_file()
+    assert not (tmp_path / "~").exists()

@@ -144,7 +144,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     checkpoint that is no run's own may continue there; a run's own checkpoint branches there
     when ``run_dir`` is not the run's). ``writes``: the top-level names the run creates
     (default: a training run's of ``config``, :func:`train_writes`)."""
-    writes = tuple(train_writes(config) if writes is None else writes)
+    run_dir, writes = Path(os.path.expanduser(run_dir)), tuple(train_writes(config) if writes is None else writes)
     if resume is not None and overwrite:
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
     ckpt, changed, home = None, {}, None
