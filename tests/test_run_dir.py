@@ -94,6 +94,8 @@ def test_a_checkpoint_written_before_run_ids_continues_only_in_its_own_run(tmp_p
     ckpt = load(checkpoint_path(run))
     del ckpt["run_id"]
     atomic_save(ckpt, checkpoint_path(run))
+    with pytest.raises(ConfigError, match=f"no run id .an older version's. and {run} has one .run id "):
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # a run with an id: not its own
     (run / RUN_ID_FILE).unlink()
     (run / "config_resolved.yaml").write_text("seed: 99\n")               # not the checkpoint's run
     with pytest.raises(ConfigError, match="no run id .an older version's."):

@@ -240,6 +240,8 @@ def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
     if theirs is not None:
         return None, (f"the checkpoint belongs to another run (run id {theirs}), not to {run} "
                       f"({'run id ' + ours if ours else f'no {RUN_ID_FILE} file: a copy of a run needs it too'})")
+    if ours is not None:
+        return None, f"the checkpoint has no run id (an older version's) and {run} has one (run id {ours})"
     if (run / "metrics.jsonl").is_file() and config_on_file(run) == ckpt.get("config"):
         return run, ""          # written before run ids: its run's config_resolved.yaml is the checkpoint's config
     return None, (f"the checkpoint has no run id (an older version's) and {run}'s config_resolved.yaml or "
