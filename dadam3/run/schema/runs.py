@@ -218,8 +218,9 @@ def _check_only_with(s: TrainConfig) -> None:
         if test(s):
             continue
         section, _, key = name.partition(".")
-        for f in (f for f in fields(getattr(s, section)) if key in ("", f.name)):
-            value = getattr(getattr(s, section), f.name)
+        part = getattr(s, section)
+        for f in (f for f in fields(part) if key in ("", f.name)):
+            value = getattr(part, f.name)
             if value != (f.default_factory() if f.default is NO_DEFAULT else f.default):
                 raise ConfigError(f"{section}.{f.name}", str(value).lower() if isinstance(value, bool) else value,
                                   f"only used with {said}")
