@@ -179,7 +179,7 @@ def explicit(M: int | None = None, matrix: Sequence[Sequence[float]] | None = No
         raise ConfigError("matrix", matrix, "give exactly one of {matrix=} (a list of rows) or {file=}",
                           {"matrix": matrix, "file": file})
     if file is not None:
-        path = Path(file)
+        path = Path(file).expanduser()
         if not path.is_file():
             raise ConfigError("file", file, "no such file (.npy, .csv or .txt matrix)")
         try:

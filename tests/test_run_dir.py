@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from dadam3.metrics.spec import FidelitySpec
 from dadam3.run import hydra_dirs
+from dadam3.run.command_line import check_command_line
 from dadam3.run.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
 from dadam3.errors.config import ConfigError
 from dadam3.run.directory import LOCK_FILE, check_run_dir
@@ -459,3 +461,16 @@ def test_a_run_directory_given_with_a_tilde_is_the_one_checked_and_written(tmp_p
     t = train(SMALL, Path("~") / "run")
     assert t.run_dir == tmp_path / "run" and (tmp_path / "run" / "metrics.jsonl").is_file()
     assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
+def test_a_hydra_directory_starting_with_a_tilde_is_refused_before_hydra_makes_it(key):
+    """Hydra does not expand ``~`` (``hydra.run.dir='~/x'`` would write into ./~/x): one line."""
+    with pytest.raises(ConfigError, match=f"^{key}=~/x: Hydra does not expand ~"):
+        check_command_line("train", ["experiment=toy_gaussians", f"{key}='~/x'"])
+
+
+def test_the_feature_cache_under_home_is_the_one_checked(tmp_path, monkeypatch):
+    """``metrics.cache_dir=~/c``: torch-fidelity is given the directory the run checked ($HOME/c)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert FidelitySpec(batch_size=50, fid=True, cache_root="~/c").cache_dir == str(tmp_path / "c")

@@ -95,6 +95,15 @@ def test_explicit_from_list_and_files(tmp_path):
         np.testing.assert_array_equal(T.build_topology("explicit", 2, file=str(tmp_path / f)).static_W, W)
 
 
+
+def test_an_explicit_file_under_home_is_read_as_every_path_key_is(tmp_path, monkeypatch):
+    """``topology.file=~/W.csv``: the ``~`` is the user's home, as for the other path keys."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "W.csv").write_text("0.75,0.25\n0.25,0.75\n")
+    np.testing.assert_array_equal(T.build_topology("explicit", 2, file="~/W.csv").static_W,
+                                  [[0.75, 0.25], [0.25, 0.75]])
+
+
 @pytest.mark.parametrize("matrix, match", [
     ([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]], r"matrix=2x3 matrix: must be 2x2|square"),
     ([[0.5, float("nan")], [0.5, 0.5]], r"finite"),

@@ -63,7 +63,8 @@ class FidelitySpec:
 
     @property
     def cache_dir(self) -> str:
-        return str(self.cache_root) if self.cache_root is not None else os.path.join(default_cache_dir(), "fidelity")
+        return (os.path.expanduser(str(self.cache_root)) if self.cache_root is not None
+                else os.path.join(default_cache_dir(), "fidelity"))
 
 
 def check_extractor(feature_extractor: str) -> str:

@@ -8,7 +8,8 @@ exit status 2):
 * a ``--multirun`` whose jobs would continue the same run (``resume=RUN`` with a swept key), and
   a single run given a sweep (a comma: ``resume=/tmp/a,b``; Hydra's quotes pass one value, ``'/tmp/a,b'``);
 * every path given (Hydra's run and sweep directories, the schema's path keys): its length
-  against the file system's ``NAME_MAX`` and ``PATH_MAX`` and its characters (:func:`check_path`);
+  against the file system's ``NAME_MAX`` and ``PATH_MAX`` and its characters (:func:`check_path`),
+  and no ``~`` at the start of Hydra's directories (Hydra does not expand it);
 * every override's key, type and range against the schema
   (:func:`dadam3.run.schema.check_overrides`);
 * for a single run that starts afresh, the whole composed config as the run will read it (the
@@ -48,6 +49,10 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
             for value in _values(o):
                 if isinstance(value, str) and "${" not in value:
                     check_path(o.key_or_group, value)
+                if o.key_or_group in DIR_KEYS and isinstance(value, str) and value.startswith("~"):
+                    raise ConfigError(o.key_or_group, value, "Hydra does not expand ~ (the run would write into "
+                                                             "a directory named ~ here): give the path from /, "
+                                                             "e.g. $HOME/...")
     if multirun:
         check_sweep_of_resume(parsed)
     else:
