@@ -160,6 +160,26 @@ def test_a_wandb_project_name_wandb_refuses_is_named_as_logger_project(tmp_path)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("args, env, said", [
+    (["logger=wandb", "logger.mode=offline", "logger.project=a/b"], {}, "logger.project=a/b: must be a W&B project"),
+    ([], {"WORLD_SIZE": "2", "RANK": "1"}, "placement=local: this process is rank 1 of WORLD_SIZE=2"),
+    (["dataset=fake", "model=dcgan32", "metrics.every=5", "metrics.fid=true", "metrics.cache_dir={file}"], {},
+     "metrics.cache_dir={file}: exists and is not a directory"),
+])
+def test_the_launch_the_logger_and_the_feature_cache_are_checked_with_the_settings(tmp_path, monkeypatch, args,
+                                                                                   env, said):
+    """Checked by the settings (:func:`train_settings`), so the command line's check refuses them
+    before Hydra makes anything, as it does any other key."""
+    from dadam3.run.command_line import check_command_line
+    file = tmp_path / "a_file"
+    file.write_text("")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as e:
+        check_command_line("train", ["device=cpu", *(a.format(file=file) for a in args)])
+    assert str(e.value).startswith(said.format(file=file)) and "\n" not in str(e.value)
+
+
 def test_a_damaged_image_met_mid_run_is_named_and_the_log_ends_with_a_record(tmp_path, monkeypatch):
     """A truncated JPEG of Imagenette met mid-run left an empty metrics.jsonl with no status."""
     from PIL import Image

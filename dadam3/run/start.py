@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from dadam3.data import NodeSampler, build_dataset
 from dadam3.data.node_sampler import NodeNoise
 from dadam3.distributed import DistributedMixer, Placement, agree_on_config, init_from_env, run_fingerprint
-from dadam3.errors.config import ConfigError, check_bool, named_as, needs_package
+from dadam3.errors.config import ConfigError, check_bool, named_as
 from dadam3.errors.files import WriteFailed
 from dadam3.gan.layer_autotune import autotune_pair
 from dadam3.gan.memory import check_fits
@@ -34,7 +34,6 @@ from dadam3.gan.samples import GeneratorDraws, sample_hook
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.gan.vmapped import stack_nets
 from dadam3.metrics.evaluation import Evaluation, evaluation_hook
-from dadam3.metrics.spec import default_cache_dir
 from dadam3.mixing import LocalMixer, Mixer
 from dadam3.optim import build_optimizer, mixer_for, start_together
 from dadam3.run.state import Checkpointer
@@ -44,7 +43,6 @@ from dadam3.run.directory import RunDir, claim_run_dir
 from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
 from dadam3.run.loggers import NullLogger, build_logger
 from dadam3.run.manifest import stamp_manifest, train_writes
-from dadam3.run.paths import check_usable_dir
 from dadam3.run.records import Records
 from dadam3.run.resume_config import resumed_config
 from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
@@ -59,7 +57,6 @@ log = logging.getLogger(__name__)
 METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path": "metrics.inception_weights",
                 "download": "metrics.download_weights", "num_samples": "metrics.samples",
                 "batch_size": "metrics.batch_size"}
-WANDB_PROJECT_FORBIDDEN = ("/", "\\", "#", "?", "%", ":")
 
 
 def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
@@ -82,9 +79,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     ``nn.Module`` each (the generator maps ``[B, model.nz]`` noise to the data), checked and
     stacked over the nodes as ``model=custom``'s are. ``dir_named``: the user named ``run_dir``
     (a checkpoint that is no run's own may continue there)."""
-    # 1. checks that need no directory and no peer
-    check_launch(s)
-    check_paths(s)
+    # 1. this process among the run's (the settings are checked: train_settings)
     where = start_processes(s)
     # 2. the run directory, claimed (nothing written yet) and checked
     rd = claim_run_dir(run_dir, s.resume, s.config, s.overwrite, where.placement, dir_named)
@@ -104,29 +99,6 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
                      graphs=s.cuda.graphs)
     return WGANTrainer(state, s.loop, run, outputs)
-
-
-def check_launch(s: TrainConfig) -> None:
-    """A process that torchrun started as one of several ranks must run placement=distributed."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    if s.placement == "local" and world.isdigit() and int(world) > 1:
-        raise ConfigError("placement", "local", f"this process is rank {os.environ.get('RANK', '?')} of WORLD_SIZE="
-                                                f"{world} (started by torchrun): set placement=distributed, or start "
-                                                "one process without torchrun")
-
-
-def check_paths(s: TrainConfig) -> None:
-    """Directories the run will write into later, and the optional packages and names its
-    services need."""
-    m = s.metrics
-    if m.every and (m.fid or m.kid) and s.dataset.is_images:
-        check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
-    if s.logger.kind == "wandb":
-        needs_package("wandb", "logger", "wandb", "choose logger=jsonl")
-        bad = sorted(set(WANDB_PROJECT_FORBIDDEN) & set(s.logger.project))
-        if bad or not s.logger.project.strip() or len(s.logger.project) > 128:
-            raise ConfigError("logger.project", s.logger.project, "must be a W&B project name: 1 to 128 characters, "
-                                                                  f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}")
 
 
 class Where(NamedTuple):

@@ -22,7 +22,7 @@ from dadam3.data.fake import MAX_CHANNELS, MAX_LENGTH, FakeImages as FakeImageSe
 from dadam3.data.gaussians import GaussianRing
 from dadam3.data.node_sampler import NodeSampler
 from dadam3.data.partition import PARTITIONS
-from dadam3.errors.config import ConfigError
+from dadam3.errors.config import ConfigError, needs_package
 from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run.loggers import WANDB_MODES
 from dadam3.run.schema.fields import (Choice, Int, Num, Option, OptionName, boolean, default_of, knob,
@@ -157,17 +157,30 @@ class Jsonl(Option):
     kind: str = knob(check=OptionName(("jsonl",)), resume=True)
 
 
+WANDB_PROJECT_FORBIDDEN = ("/", "\\", "#", "?", "%", ":")
+
+
+def wandb_project(key: str, value: Any) -> str:
+    """A name W&B takes for a project: 1 to 128 characters, none of :data:`WANDB_PROJECT_FORBIDDEN`."""
+    name = text(key, value)
+    if name is None or not name.strip() or len(name) > 128 or set(WANDB_PROJECT_FORBIDDEN) & set(name):
+        raise ConfigError(key, value, "must be a W&B project name: 1 to 128 characters, none of "
+                                      f"{' '.join(WANDB_PROJECT_FORBIDDEN)}")
+    return name
+
+
 @dataclass
 class Wandb(Option):
     """The same records to W&B too (local files are always written)."""
     kind: str = knob(check=OptionName(("wandb",)), resume=True)
     mode: Optional[str] = knob(None, Choice(WANDB_MODES, none=True), resume=True)   # null: $WANDB_MODE, else online
-    project: str = knob("dadam3", text, resume=True)
+    project: str = knob("dadam3", wandb_project, resume=True)
     group: Optional[str] = knob("${dataset.name}-M${nodes}-${topology.name}", text, resume=True)
     job_type: Optional[str] = knob("${optimizer.name}", text, resume=True)
     name: Optional[str] = knob(None, text, resume=True)
 
     def cross_check(self, prefix: str) -> None:
+        needs_package("wandb", "logger", "wandb", "choose logger=jsonl")
         if self.mode is None:                     # the config, else the environment
             self.mode = Choice(WANDB_MODES)(f"{prefix}mode", os.environ.get("WANDB_MODE") or "online")
 

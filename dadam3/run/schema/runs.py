@@ -10,6 +10,8 @@ from dataclasses import MISSING as NO_DEFAULT, dataclass, fields
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Mapping, Optional
 
+import os
+
 import torch
 from omegaconf import MISSING
 
@@ -20,7 +22,8 @@ from dadam3.errors.config import ConfigError, named_as
 from dadam3.gan.wgan_gp import GP_LAMBDA
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.synthetic_run import ENGINES, run_synthetic
-from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec
+from dadam3.metrics.spec import FEATURE_EXTRACTORS, IS_SPLITS, FidelitySpec, default_cache_dir
+from dadam3.run.paths import check_usable_dir
 from dadam3.run.schema.fields import Choice, Int, Num, Section, boolean, default_of, knob, text
 from dadam3.run.schema.fields import SEED_MAX
 
@@ -156,6 +159,7 @@ class TrainConfig(Section):
             raise ConfigError("model", arch, f"dataset {data.name} is 2-D points; use model=mlp")
         _check_meaningful_for_points(self)
         _check_only_with(self)
+        _check_launch(self.placement)
         if self.loop.lr_warmup > self.loop.iterations:
             raise ConfigError("loop.lr_warmup", self.loop.lr_warmup, f"longer than the run (loop.iterations="
                                                                      f"{self.loop.iterations}): its step size would "
@@ -164,6 +168,8 @@ class TrainConfig(Section):
         if data.is_images and m.every and m.any_image_metric and m.samples < IS_SPLITS:
             raise ConfigError("metrics.samples", m.samples,
                               f"must be >= {IS_SPLITS} for IS/FID/KID (the inception score's {IS_SPLITS} splits)")
+        if data.is_images and m.every and (m.fid or m.kid):          # torch-fidelity's cache of real-data features
+            check_usable_dir("metrics.cache_dir", m.cache_dir or default_cache_dir())
         if self.loop.autocast is not None and self.dtype != "float32":
             raise ConfigError("loop.autocast", self.loop.autocast, f"needs dtype=float32 (dtype={self.dtype}); "
                                                                    "use loop.autocast=null")
@@ -224,6 +230,15 @@ def _check_only_with(s: TrainConfig) -> None:
             if value != (f.default_factory() if f.default is NO_DEFAULT else f.default):
                 raise ConfigError(f"{section}.{f.name}", str(value).lower() if isinstance(value, bool) else value,
                                   f"only used with {said}")
+
+
+def _check_launch(placement: str) -> None:
+    """A process that torchrun started as one of several ranks must run placement=distributed."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if placement == "local" and world.isdigit() and int(world) > 1:
+        raise ConfigError("placement", "local", f"this process is rank {os.environ.get('RANK', '?')} of WORLD_SIZE="
+                                                f"{world} (started by torchrun): set placement=distributed, or start "
+                                                "one process without torchrun")
 
 
 def _check_meaningful_for_points(s: TrainConfig) -> None:
