@@ -402,6 +402,27 @@ def test_init_outside_torchrun_is_a_one_line_config_error(monkeypatch):
         init_from_env("mpi")
 
 
+def test_auto_is_gloo_for_a_run_on_the_cpu_where_cuda_is_available(monkeypatch):
+    """``distributed.backend=auto`` follows the run's device, not the machine: NCCL would move a
+    ``device=cpu`` run to ``cuda:LOCAL_RANK``."""
+    import dadam3.distributed.startup as startup
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.distributed.is_nccl_available", lambda: True)
+    joined = []
+
+    def join(backend, rank, world, timeout_s, device):
+        joined.append((backend, device))
+        raise KeyboardInterrupt            # no process group made here
+    monkeypatch.setattr(startup, "_init_group", join)
+    with pytest.raises(KeyboardInterrupt):
+        init_from_env("auto", cuda=False)
+    assert joined == [("gloo", torch.device("cpu"))]
+    with pytest.raises(ConfigError, match=r"^backend=nccl: needs CUDA; use gloo on CPU$"):
+        init_from_env("nccl", cuda=False)
+
+
 def test_a_timeout_says_its_iteration_as_data():
     """The training loop sets the iteration under way on the error; the message is not rewritten."""
     from dadam3.distributed.failures import DistributedTimeout

@@ -99,6 +99,18 @@ def test_the_fashion_mnist_remedy_is_said_in_config_keys(tmp_path):
     assert "set dataset.root=/usr/share/datasets/fashion-mnist, or set dataset.download=true" in str(e.value)
 
 
+def test_nccl_for_a_run_on_the_cpu_is_refused_where_cuda_is_available(tmp_path, monkeypatch):
+    """``placement=distributed device=cpu distributed.backend=nccl`` on a GPU machine moved the run
+    to ``cuda:LOCAL_RANK``, against ``device=cpu``."""
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    with pytest.raises(ConfigError, match=r"^distributed.backend=nccl: needs CUDA; use gloo on CPU$"):
+        build_trainer(train_settings(config([*FAKE, "device=cpu", "placement=distributed",
+                                             "distributed.backend=nccl"])), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_distributed_start_up_says_distributed_backend(tmp_path, monkeypatch):
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
         monkeypatch.setenv(name, value)

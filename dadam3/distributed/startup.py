@@ -18,7 +18,7 @@ import torch.distributed as dist
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, exit_now, first_line
 from dadam3.errors.config import ConfigError
 
-BACKENDS = ("auto", "gloo", "nccl")     # auto: nccl on CUDA, else gloo (distributed.backend's choices)
+BACKENDS = ("auto", "gloo", "nccl")     # auto: nccl for a run on CUDA, else gloo (distributed.backend's choices)
 WATCHDOG_SLACK_S = 1.0        # the rendezvous watchdog fires this long after timeout_s (the group's own first)
 # keys every rank may set for itself (its machine's paths and threads): left out of the fingerprint
 PER_PROCESS_KEYS = ("device", "threads", "progress", "prefetch", "dataset.root", "dataset.download",
@@ -68,11 +68,13 @@ def _env_from_submitit() -> None:
     os.environ.setdefault("MASTER_PORT", str(20000 + int(re.sub(r"\D", "", str(job.job_id)) or 0) % 20000))
 
 
-def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroupInfo:
+def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
+                  cuda: bool | None = None) -> ProcessGroupInfo:
     """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK,
     MASTER_ADDR, MASTER_PORT; ``env://``).
 
-    ``backend="auto"`` is NCCL when CUDA is available, else gloo. With NCCL the rank's
+    ``cuda``: whether the run computes on CUDA (None: whenever CUDA is available).
+    ``backend="auto"`` is NCCL for such a run, else gloo; NCCL for a run on the CPU is refused. With NCCL the rank's
     device ``cuda:LOCAL_RANK`` is made current before any collective and bound to the
     group (``device_id``). The group's own timeout is ``timeout_s``
     (see the module docstring); a group that does not form in that time raises
@@ -87,9 +89,10 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
     if dist.is_initialized():
         backend = dist.get_backend()
     elif backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        on_cuda = torch.cuda.is_available() if cuda is None else cuda
+        backend = "nccl" if on_cuda and torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available() or cuda is False:
             raise ConfigError("backend", backend, "needs CUDA; use gloo on CPU")
         if local_rank >= torch.cuda.device_count():
             raise ConfigError("LOCAL_RANK", local_rank,

@@ -117,7 +117,7 @@ def start_processes(s: TrainConfig) -> Where:
     if s.placement == "distributed":
         fingerprint = run_fingerprint(flatten(s.config))
         with named_as(Distributed.keys("distributed.")):
-            info = init_from_env(s.distributed.backend, s.distributed.timeout_s)
+            info = init_from_env(s.distributed.backend, s.distributed.timeout_s, cuda=device.type == "cuda")
         agree_on_config(fingerprint, info)
         placement, make_mixer = Placement(s.nodes, info), partial(DistributedMixer, timeout_s=info.timeout_s)
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1,

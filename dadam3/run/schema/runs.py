@@ -54,7 +54,7 @@ def device_name(key: str, value: Any) -> str:
 @dataclass
 class Distributed(Section):
     """placement=distributed only."""
-    # auto: nccl on CUDA, else gloo
+    # auto: nccl for a run on CUDA (device), else gloo
     backend: str = knob(default_of(init_from_env, "backend"), Choice(BACKENDS), resume=True)
     # a rank that died or hangs makes the others stop with one line after this long
     timeout_s: float = knob(DEFAULT_TIMEOUT_S, check_timeout, resume=True)
