@@ -42,7 +42,7 @@ from dadam3.run.config import flatten
 from dadam3.run.directory import RunDir, claim_run_dir
 from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
 from dadam3.run.loggers import NullLogger, build_logger
-from dadam3.run.manifest import stamp_manifest, train_writes
+from dadam3.run.manifest import stamp_manifest
 from dadam3.run.records import Records
 from dadam3.run.resume_config import resumed_config
 from dadam3.run.rewind import LoggingGrid, record_at_resume_point_kept
@@ -97,7 +97,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     full_G = (stack_nets(state.G.node_module(0), s.nodes, in_shape=state.G.in_shape, out_shape=state.G.out_shape)
               if where.placement.distributed and where.placement.is_main else None)
     run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
-                     graphs=s.cuda.graphs)
+                     graphs=s.cuda.graphs, writes=rd.writes)
     return WGANTrainer(state, s.loop, run, outputs)
 
 
@@ -293,5 +293,5 @@ def _write_run_files(cfg: DictConfig, resolved: dict, trainer: WGANTrainer) -> W
         write_files(files)
     except WriteFailed as e:
         return e
-    stamp_manifest(run_dir, train_writes(resolved))
+    stamp_manifest(run_dir, trainer.run.writes)
     return None

@@ -95,6 +95,7 @@ class RunContext:
     lock: Any = None                      # the run directory (dadam3.run.directory.RunDir), released at the end
     full_G: StackedNet | None = None      # rank 0 under torch.distributed: all M nodes, for the hooks
     graphs: bool = False                  # cuda.graphs: the iteration as a replayed CUDA graph
+    writes: tuple[str, ...] = ()          # the top-level names it creates (its manifest's), stamped as written
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from dadam3.errors.boundary import failure_of
 from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
 from dadam3.run.divergence import loss_beyond
 from dadam3.run.loggers import progress
-from dadam3.run.manifest import stamp_manifest, train_writes
+from dadam3.run.manifest import stamp_manifest
 from dadam3.run.records import gathered_net
 from dadam3.run.schema import LoopSettings
 from dadam3.run.signals import Interrupted, StopSignals, overdue
@@ -331,5 +331,5 @@ class WGANTrainer:
         if failure is not None:
             self._checkpoint_failed(self.checkpointer.path, failure)
         if self.placement.is_main:      # what the run wrote so far, stamped: overwrite=true deletes only that
-            stamp_manifest(self.run_dir, train_writes(self.checkpointer.config))
+            stamp_manifest(self.run_dir, self.run.writes)
         return self.checkpointer.path
