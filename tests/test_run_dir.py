@@ -463,6 +463,27 @@ def test_a_run_directory_given_with_a_tilde_is_the_one_checked_and_written(tmp_p
     assert not (tmp_path / "~").exists()
 
 
+def test_a_run_built_in_python_records_its_config_and_provenance_as_the_command_line_does(tmp_path):
+    """``build_trainer`` (the Python entry point) left no ``config_resolved.yaml`` nor
+    ``provenance.json``, against the contract ("every run directory gets provenance.json when it
+    starts and at every resume"); each resume adds its segment."""
+    import json
+    from omegaconf import OmegaConf
+    from dadam3.run.checkpoint.resume import run_identity
+    t = train(SMALL, tmp_path / "run")
+    resolved = OmegaConf.to_container(OmegaConf.load(tmp_path / "run" / "config_resolved.yaml"))
+    assert resolved == dict(t.checkpointer.config)
+    segments = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert [s["from_iteration"] for s in segments] == [0]
+    assert segments[0]["config_identity"] == run_identity(resolved)
+    assert not (tmp_path / "run" / ".hydra").exists()           # Hydra's files: a Hydra app's only
+    again = resume(TOY + ["loop.iterations=5", f"resume={tmp_path / 'run'}"], tmp_path / "run")
+    again.fit()
+    again.finish()
+    segments = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert [s["from_iteration"] for s in segments] == [0, 3]
+
+
 @pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
 def test_a_hydra_directory_starting_with_a_tilde_is_refused_before_hydra_makes_it(key):
     """Hydra does not expand ``~`` (``hydra.run.dir='~/x'`` would write into ./~/x): one line."""

@@ -15,7 +15,7 @@ import logging
 import os
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -60,25 +60,23 @@ METRICS_KEYS = {"feature_extractor": "metrics.feature_extractor", "weights_path"
 
 
 def start_run(cfg: DictConfig, run_dir: Path, job_log: JobLog) -> WGANTrainer:
-    """The trainer of ``cfg`` in ``run_dir``, its job log attached on every rank and the run files
-    written by the main one; a write that failed stops every rank alike (one line, the
-    ``interrupted`` record)."""
+    """The trainer of ``cfg`` (a resume's: its run's config, :func:`resumed_config`) in ``run_dir``,
+    with its job log and Hydra's ``.hydra/`` files."""
     dir_named = _dir_named(cfg)
     cfg = resumed_config(cfg)
     s = train_settings(cfg)
-    trainer = build_trainer(s, run_dir, dir_named)
-    job_log.attach(trainer.run_dir / JOB_LOG)
-    failed = _write_run_files(cfg, dict(s.config), trainer) if trainer.placement.is_main else None
-    trainer.stop_if_write_failed(failed)
-    return trainer
+    return build_trainer(s, run_dir, dir_named, composed=cfg, job_log=job_log)
 
 
-def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None) -> WGANTrainer:
-    """The trainer of the run ``s``, resumed if asked. With ``placement=distributed`` this process
+def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: tuple | None = None, *,
+                  composed: DictConfig | None = None, job_log: JobLog | None = None) -> WGANTrainer:
+    """The trainer of the run ``s``, resumed if asked, its directory holding the run's records
+    (``config_resolved.yaml``, ``provenance.json``). With ``placement=distributed`` this process
     holds its rank's block of the M nodes. ``nets``: your own (generator, critic), one node's
     ``nn.Module`` each (the generator maps ``[B, model.nz]`` noise to the data), checked and
     stacked over the nodes as ``model=custom``'s are. ``dir_named``: the user named ``run_dir``
-    (a checkpoint that is no run's own may continue there)."""
+    (a checkpoint that is no run's own may continue there). A Hydra app's ``composed`` config
+    goes into ``.hydra/``; ``job_log`` is attached (``train.log``) with the run's other logs."""
     # 1. this process among the run's (the settings are checked: train_settings)
     where = start_processes(s)
     # 2. the run directory, claimed (nothing written yet) and checked
@@ -87,6 +85,8 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
     # 4. every check passed: the logs
     logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
+    if job_log is not None:
+        job_log.attach(rd.path / JOB_LOG)
     grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
     records = Records(logger, grid, where.placement)
     if rd.checkpoint is not None:               # the log says where the run continues and what changed
@@ -98,7 +98,11 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
               if where.placement.distributed and where.placement.is_main else None)
     run = RunContext(rd.path, where.device, where.dtype, where.placement, lock=rd, full_G=full_G,
                      graphs=s.cuda.graphs, writes=rd.writes)
-    return WGANTrainer(state, s.loop, run, outputs)
+    trainer = WGANTrainer(state, s.loop, run, outputs)
+    # 5. the run's records of what it is and where it came from; a write that failed stops every rank alike
+    failed = _write_run_files(trainer, s.config, composed) if where.placement.is_main else None
+    trainer.stop_if_write_failed(failed)
+    return trainer
 
 
 class Where(NamedTuple):
@@ -282,12 +286,13 @@ def _dir_named(cfg: DictConfig) -> bool:
     return any(o.partition("=")[0] == key for o in hc.overrides.hydra)
 
 
-def _write_run_files(cfg: DictConfig, resolved: dict, trainer: WGANTrainer) -> WriteFailed | None:
-    """``config_resolved.yaml``, ``.hydra/`` and ``provenance.json``, their contents first, then
-    the writes; a write that failed is returned."""
+def _write_run_files(trainer: WGANTrainer, resolved: Mapping[str, Any],
+                     composed: DictConfig | None) -> WriteFailed | None:
+    """``config_resolved.yaml``, ``provenance.json`` and, given Hydra's ``composed`` config,
+    ``.hydra/``: their contents first, then the writes; a write that failed is returned."""
     run_dir, k = trainer.run_dir, trainer.state.iteration
-    files = {run_dir / "config_resolved.yaml": OmegaConf.to_yaml(resolved),
-             **hydra_files(cfg, run_dir, resumed_at=k or None),
+    files = {run_dir / "config_resolved.yaml": OmegaConf.to_yaml(dict(resolved)),
+             **(hydra_files(composed, run_dir, resumed_at=k or None) if composed is not None else {}),
              **provenance_files(run_dir, str(trainer.device), k, run_identity(resolved))}
     try:
         write_files(files)
