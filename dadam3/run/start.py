@@ -114,10 +114,14 @@ class Where(NamedTuple):
 
 
 def start_processes(s: TrainConfig) -> Where:
-    """This process's place among the run's (under torchrun: the ranks joined and agreed on the
-    config), its device with the CUDA flags and threads set, and the players' mixer."""
+    """This process's device with the CUDA flags and threads set, its place among the run's
+    (under torchrun: the ranks joined and agreed on the config), and the players' mixer."""
     world = int(os.environ.get("WORLD_SIZE", "1")) if s.placement == "distributed" else 1
     device, placement, make_mixer = s.torch_device, Placement(s.nodes), LocalMixer
+    if device.type == "cuda":           # NCCL's device below is this rank's GPU: CUDA all the same
+        log.info("CUDA: %s", set_cuda_flags(s.cuda.tf32, s.cuda.cudnn_benchmark))
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
     if s.placement == "distributed":
         fingerprint = run_fingerprint(flatten(s.config))
         with named_as(Distributed.keys("distributed.")):
@@ -127,10 +131,6 @@ def start_processes(s: TrainConfig) -> Where:
         log.info("%s holds nodes %d..%d of %d", info.describe(), placement.block.start, placement.block.stop - 1,
                  s.nodes)
         device = info.device if info.backend == "nccl" else device
-    if device.type == "cuda":
-        log.info("CUDA: %s", set_cuda_flags(s.cuda.tf32, s.cuda.cudnn_benchmark))
-    if s.threads is not None:
-        torch.set_num_threads(s.threads)
     o, t = s.optimizer, s.topology
 
     def fitting_mixer():    # the run fits this process's memory (a rank's own GPU); the players' mixer
