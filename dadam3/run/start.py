@@ -1,9 +1,10 @@
 """The start of ``python -m dadam3.train``'s run, one sequence read top to bottom
 (:func:`start_run`, then :func:`build_trainer`): the settings (a resume's own config first:
-:mod:`dadam3.run.resume_config`), the checks, the run directory claimed, the run's state, the
-logs, then the job log and the run's records of where it came from.
+:mod:`dadam3.run.resume_config`; every key checked there, the paths it names and the launch
+too), this process among the run's, the run directory claimed, the run's state, the logs (the
+job log with them), then the run's records of what it is and where it came from.
 
-Every check that can refuse the run (one line) comes first: the config, paths, the ranks'
+Every check that can refuse the run (one line) comes first: the config, the ranks'
 agreement, the run directory, data, nets, the checkpoint's content and shape, the evaluation
 weights. Only then is the run directory created, locked, cleared for ``overwrite=true``, W&B
 started and ``metrics.jsonl`` created or rewound (:func:`open_logs`). The builders' errors name
