@@ -74,9 +74,9 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
     MASTER_ADDR, MASTER_PORT; ``env://``).
 
     ``cuda``: whether the run computes on CUDA (None: whenever CUDA is available).
-    ``backend="auto"`` is NCCL for such a run, else gloo; NCCL for a run on the CPU is refused. With NCCL the rank's
-    device ``cuda:LOCAL_RANK`` is made current before any collective and bound to the
-    group (``device_id``). The group's own timeout is ``timeout_s``
+    ``backend="auto"`` is NCCL for such a run, else gloo; NCCL for a run on the CPU is refused.
+    With NCCL the rank's device ``cuda:LOCAL_RANK`` is made current before any collective and
+    bound to the group (``device_id``). The group's own timeout is ``timeout_s``
     (see the module docstring); a group that does not form in that time raises
     :class:`DistributedTimeout`. Already initialised: describes the existing group.
     """

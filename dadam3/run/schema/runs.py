@@ -6,11 +6,10 @@ these objects are the runs' settings: typed, frozen, read by the entry points on
 """
 from __future__ import annotations
 
+import os
 from dataclasses import MISSING as NO_DEFAULT, dataclass, fields
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Mapping, Optional
-
-import os
 
 import torch
 from omegaconf import MISSING
