@@ -117,7 +117,7 @@ class _Payload:
 
 def _state(**extra) -> dict:
     return {"kind": "dadam3.train/1", "iteration": 3, "config": {"seed": 0}, "G": {"w": torch.arange(4096.0)},
-            "noise": ckpt.NodeList([torch.zeros(2)]), **extra}
+            "noise": ckpt.NodeList([torch.zeros(2)]), "record_on_grid": True, **extra}
 
 
 def _write_sidecar(path):
@@ -235,3 +235,13 @@ def test_a_checkpoint_with_another_entry_or_type_is_refused(tmp_path, change, sa
     with pytest.raises(ConfigError) as e:
         check_checkpoint(ckpt.load(path), path)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_checkpoint_without_an_entry_read_outside_the_state_is_refused_before_anything_is_written(tmp_path):
+    """Without ``record_on_grid`` (read when the log is rewound, after the directory is claimed) a
+    resume passed every check and then failed with a KeyError traceback."""
+    state = {k: v for k, v in _state().items() if k != "record_on_grid"}
+    path = ckpt.atomic_save(state, tmp_path / "last.pt")
+    with pytest.raises(ConfigError) as e:
+        check_checkpoint(ckpt.load(path), path)
+    assert "lacks the entry 'record_on_grid'" in str(e.value) and "\n" not in str(e.value)

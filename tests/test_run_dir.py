@@ -484,11 +484,69 @@ def test_a_run_built_in_python_records_its_config_and_provenance_as_the_command_
     assert [s["from_iteration"] for s in segments] == [0, 3]
 
 
+@pytest.mark.parametrize("damage", ["5\n", '[{"from_iteration": "0"}]\n', "[{\"from_iteration\": 0, \"torch\""])
+def test_a_resume_of_a_run_whose_provenance_is_damaged_is_refused_and_touches_nothing(tmp_path, damage):
+    """A ``provenance.json`` that is not a list of segments made a resume fail with a traceback after
+    its log was rewound (valid JSON of another shape), or dropped the run's earlier segments without
+    a word (not JSON)."""
+    run = tmp_path / "run"
+    train(SMALL, run)
+    (run / "provenance.json").write_text(damage)
+    before = snapshot(run)
+    with pytest.raises(ConfigError) as e:
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], run)
+    assert str(e.value).startswith(f"resume={run}: {run / 'provenance.json'} is damaged (")
+    assert "move it away to continue" in str(e.value) and "\n" not in str(e.value)
+    assert snapshot(run) == before
+
+
+def test_a_resume_of_a_checkpoint_without_its_grid_entry_is_refused_and_touches_nothing(tmp_path):
+    run = tmp_path / "run"
+    train(SMALL, run)
+    ckpt = load(checkpoint_path(run))
+    del ckpt["record_on_grid"]
+    atomic_save(ckpt, checkpoint_path(run))
+    before = snapshot(run)
+    with pytest.raises(ConfigError, match="lacks the entry 'record_on_grid'"):
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], run)
+    assert snapshot(run) == before
+
+
+def test_a_resume_whose_run_files_failed_leaves_stamps_that_overwrite_trusts(tmp_path, monkeypatch):
+    """A resume that rewound the log (a new file) and rewrote ``config_resolved.yaml``, then failed on
+    a later run file, left the manifest's old stamps: ``overwrite=true`` then refused the run's own
+    files as replaced since."""
+    import dadam3.run.start as start
+    from dadam3.errors.files import WriteFailed
+    run = tmp_path / "run"
+    train(SMALL, run)
+
+    def first_then_full(files):
+        path, text = next(iter(files.items()))
+        path.write_text(text)               # a new file in its place, as a whole write makes
+        raise WriteFailed(path.with_name("provenance.json"), "No space left on device (ENOSPC)")
+    monkeypatch.setattr(start, "write_files", first_then_full)
+    with pytest.raises(WriteFailed):
+        resume(TOY + ["loop.iterations=5", f"resume={run}"], run)
+    monkeypatch.undo()
+    t = resume(TOY + ["loop.iterations=2", "overwrite=true"], run)
+    t.fit()
+    t.finish()
+    assert [r.get("status") for r in read_jsonl(run / "metrics.jsonl")][-1] == "finished"
+
+
 @pytest.mark.parametrize("key", ["hydra.run.dir", "hydra.sweep.dir"])
 def test_a_hydra_directory_starting_with_a_tilde_is_refused_before_hydra_makes_it(key):
     """Hydra does not expand ``~`` (``hydra.run.dir='~/x'`` would write into ./~/x): one line."""
     with pytest.raises(ConfigError, match=f"^{key}=~/x: Hydra does not expand ~"):
         check_command_line("train", ["experiment=toy_gaussians", f"{key}='~/x'"])
+
+
+def test_a_resume_whose_command_line_hydra_cannot_compose_is_one_line(tmp_path):
+    """``resume=RUN ~loop.log_every``: Hydra's own error, many lines, exit 1 (a fresh run's: one line)."""
+    with pytest.raises(ConfigError, match=r"^loop.log_every=None: LoopSettings \(DictConfig\) does not support "
+                                          r"deletion$"):
+        check_command_line("train", ["experiment=toy_gaussians", f"resume={tmp_path / 'run'}", "~loop.log_every"])
 
 
 def test_the_feature_cache_under_home_is_the_one_checked(tmp_path, monkeypatch):

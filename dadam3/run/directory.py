@@ -42,6 +42,7 @@ from dadam3.run.checkpoint.resume import check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_text_whole
 from dadam3.run.hydra_dirs import created_by_this_process
+from dadam3.run.job_log import earlier_segments
 from dadam3.run.paths import check_usable_dir
 from dadam3.run.resume_config import read_resume, release_resume
 from dadam3.run.rewind import check_log_not_ahead
@@ -176,6 +177,8 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             _check_deletable(run_dir, existing)
             existing, kept = deletable(run_dir, existing, writes)
         _check_outputs("hydra.run.dir" if home is None else "resume", run_dir, writes, existing)
+        if home is not None:                # the run's earlier segments, kept by the one its resume adds
+            earlier_segments(home, "resume", resume)
     except BaseException:
         if lock is not None:
             lock.close()

@@ -9,7 +9,7 @@ import platform
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.boundary import failure_of
-from dadam3.errors.config import ConfigError
+from dadam3.errors.config import ConfigError, one_line
 from dadam3.errors.files import write_text_whole, writing
 from dadam3.errors.stops import RunStopped
 from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
@@ -168,11 +168,27 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
         where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
         files[run_dir / where] = diff
         entry["code_diff"] = where.as_posix()
-    path = run_dir / PROVENANCE
-    try:
-        segments = json.loads(path.read_text()) if path.exists() else []
-    except (OSError, ValueError):
-        segments = []
-    segments = [s for s in segments if isinstance(s, dict) and s.get("from_iteration", -1) < iteration]
-    files[path] = json.dumps(segments + [entry], indent=1) + "\n"
+    earlier = earlier_segments(run_dir) if iteration else []       # a fresh run's is its own
+    files[run_dir / PROVENANCE] = json.dumps([s for s in earlier if s["from_iteration"] < iteration] + [entry],
+                                             indent=1) + "\n"
     return files
+
+
+def earlier_segments(run_dir: Path, key: str = "resume", value: Any = None) -> list[dict[str, Any]]:
+    """The segments of ``run_dir``'s ``provenance.json`` ([] without one). A file that is not a
+    JSON list of segments, each with an integer ``from_iteration``, is one line (``key=value``):
+    a resume refuses it before anything is written rather than drop the run's earlier segments."""
+    path = Path(run_dir) / PROVENANCE
+    if not path.exists():
+        return []
+    try:
+        segments = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        why = one_line(e)
+    else:
+        if isinstance(segments, list) and all(isinstance(s, dict) and type(s.get("from_iteration")) is int
+                                              for s in segments):
+            return segments
+        why = "not a list of segments, each with an integer from_iteration"
+    raise ConfigError(key, value, f"{path} is damaged ({why}): restore it, or move it away to continue without "
+                                  "the run's earlier provenance")

@@ -246,12 +246,14 @@ def open_logs(s: TrainConfig, rd: RunDir):
         project=lg.project, group=lg.group, job_type=lg.job_type, mode=lg.mode, name=lg.name,
         config=dict(s.config), run_id=(ckpt or {}).get("wandb_run_id"))
     try:
-        return build_logger(rd.path / "metrics.jsonl", wandb=wandb,
-                            resume_from_iteration=None if ckpt is None else ckpt["iteration"],
-                            drop_record_at_resume_point=ckpt is not None and not record_at_resume_point_kept(ckpt))
+        logger = build_logger(rd.path / "metrics.jsonl", wandb=wandb,
+                              resume_from_iteration=None if ckpt is None else ckpt["iteration"],
+                              drop_record_at_resume_point=ckpt is not None and not record_at_resume_point_kept(ckpt))
     except BaseException:
         rd.undo(("wandb",) if fresh_wandb else ())
         raise
+    stamp_manifest(rd.path, rd.writes)          # a rewound log is a new file: stamped before a later failure
+    return logger
 
 
 def on_every_rank(placement: Placement, build):
@@ -299,5 +301,6 @@ def _write_run_files(trainer: WGANTrainer, resolved: Mapping[str, Any],
         write_files(files)
     except WriteFailed as e:
         return e
-    stamp_manifest(run_dir, trainer.run.writes)
+    finally:                                    # what was written, stamped even when a later write failed
+        stamp_manifest(run_dir, trainer.run.writes)
     return None

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
+from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES, READ_ON_RESUME
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 
@@ -75,6 +75,7 @@ def stored_config(ckpt: Mapping[str, Any], renamed: Mapping[str, str] = MappingP
 def check_checkpoint(ckpt: Any, path: Path) -> None:
     """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
     only the entries this code writes, each of its type (:data:`~dadam3.run.checkpoint.contents.ENTRY_TYPES`),
+    those read outside the state's load among them (:data:`~dadam3.run.checkpoint.contents.READ_ON_RESUME`),
     at an iteration >= 0, with its config, of this version (the ``loop`` group)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
@@ -86,6 +87,10 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
     if "iterations" in ckpt["config"]:       # written before the loop group: its keys were top-level
         raise ConfigError("resume", str(path), "a checkpoint of an older version (top-level iterations, batch_size, "
                                                "...; now loop.*): resume it with that version or start a new run")
+    missing = [name for name in READ_ON_RESUME if name not in ckpt]
+    if missing:
+        raise ConfigError("resume", str(path), f"the checkpoint lacks the entry {missing[0]!r} that this code writes "
+                                               "in every checkpoint: it is damaged or another program's; start a new run")
     for name, value in ckpt.items():
         if name not in ENTRY_TYPES:
             raise ConfigError("resume", str(path), f"the checkpoint holds an entry {name!r} this code never writes: "
