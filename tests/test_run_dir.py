@@ -549,6 +549,52 @@ def test_a_resume_whose_command_line_hydra_cannot_compose_is_one_line(tmp_path):
         check_command_line("train", ["experiment=toy_gaussians", f"resume={tmp_path / 'run'}", "~loop.log_every"])
 
 
+def test_hydra_writing_its_own_files_into_the_run_directory_is_refused():
+    """``hydra.output_subdir=.hydra``: Hydra wrote ``.hydra/`` before the checks, into another run's
+    directory too, even when the run was then refused."""
+    with pytest.raises(ConfigError, match=r"^hydra.output_subdir=.hydra: the run writes .hydra/ itself"):
+        check_command_line("train", ["experiment=toy_gaussians", "hydra.output_subdir=.hydra"])
+    check_command_line("train", ["experiment=toy_gaussians", "hydra.output_subdir=null"])
+
+
+def test_a_link_to_a_missing_directory_on_the_way_is_refused_in_one_line(tmp_path):
+    """Taken for a directory that could be made (Hydra's mkdir then failed with a traceback)."""
+    from dadam3.run.paths import check_usable_dir
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    for path in (tmp_path / "dangling", tmp_path / "dangling" / "sub"):
+        with pytest.raises(ConfigError, match=f"^hydra.run.dir={path}: {tmp_path / 'dangling'} is a link to "
+                                              f"{tmp_path / 'missing'}, which does not exist"):
+            check_usable_dir("hydra.run.dir", path)
+    (tmp_path / "missing").mkdir()
+    assert check_usable_dir("hydra.run.dir", tmp_path / "dangling" / "sub") == tmp_path / "dangling" / "sub"
+
+
+@pytest.mark.parametrize("value, said", [
+    ("~/runs/a", "hydra.run.dir=~/runs/a: Hydra does not expand ~"),
+    ("/tmp/x" + "a" * 300, "the name xaaa"),
+])
+def test_hydras_directory_as_resolved_is_checked_as_a_given_one(value, said, capsys):
+    """A value made by interpolation (``${oc.env:OUT}``), which the command line's check cannot read:
+    a ``~`` was checked as $HOME/... and written as ./~/..., a name too long was a traceback."""
+    from dadam3.run.sweep import SweepStatus
+    from omegaconf import OmegaConf
+    with pytest.raises(SystemExit) as e:
+        SweepStatus().on_run_start(OmegaConf.create({"hydra": {"run": {"dir": value}}}))
+    assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_sweep_whose_status_file_is_a_directory_is_refused_before_its_jobs(tmp_path, capsys):
+    """Every job ran, then the sweep ended in a traceback writing ``sweep_status.jsonl``."""
+    from dadam3.run.sweep import SWEEP_STATUS, SweepStatus
+    from omegaconf import OmegaConf
+    (tmp_path / SWEEP_STATUS).mkdir()
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": {}}})
+    with pytest.raises(SystemExit) as e:
+        SweepStatus().on_multirun_start(config)
+    assert e.value.code == 2
+    assert f"error: hydra.sweep.dir={tmp_path}: its {SWEEP_STATUS} is a directory" in capsys.readouterr().err
+
+
 def test_the_feature_cache_under_home_is_the_one_checked(tmp_path, monkeypatch):
     """``metrics.cache_dir=~/c``: torch-fidelity is given the directory the run checked ($HOME/c)."""
     monkeypatch.setenv("HOME", str(tmp_path))

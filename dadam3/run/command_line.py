@@ -30,7 +30,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from dadam3.errors.config import ConfigError
-from dadam3.run.paths import check_path
+from dadam3.run.paths import HYDRA_NO_TILDE, check_path
 from dadam3.run.schema import check_overrides, compose, synthetic_settings, train_settings
 
 DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
@@ -51,9 +51,11 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
                 if isinstance(value, str) and "${" not in value:
                     check_path(o.key_or_group, value)
                 if o.key_or_group in DIR_KEYS and isinstance(value, str) and value.startswith("~"):
-                    raise ConfigError(o.key_or_group, value, "Hydra does not expand ~ (the run would write into "
-                                                             "a directory named ~ here): give the path from /, "
-                                                             "e.g. $HOME/...")
+                    raise ConfigError(o.key_or_group, value, HYDRA_NO_TILDE)
+        if o.key_or_group == "hydra.output_subdir" and o.value() is not None:
+            raise ConfigError(o.key_or_group, o.input_line.partition("=")[2],
+                              "the run writes .hydra/ itself once its checks passed (Hydra would write it into "
+                              "the directory first, another run's too, even when the run is refused); leave it null")
     if multirun:
         check_sweep_of_resume(parsed)
     else:

@@ -17,10 +17,19 @@ from dadam3.errors.config import ConfigError
 NAME_MAX, PATH_MAX = 255, 4096          # Linux's, where the file system cannot say
 
 
+HYDRA_NO_TILDE = ("Hydra does not expand ~ (the run would write into a directory named ~ here): give the path "
+                  "from /, e.g. $HOME/...")
+
+
 def check_usable_dir(key: str, path: Any) -> Path:
     """``path`` as a directory this process can write into: an existing writable directory, or
-    one it could create (its nearest existing ancestor is a writable directory). Creates nothing."""
+    one it could create (its nearest existing ancestor is a writable directory, and no link to a
+    missing target lies on the way). Creates nothing."""
     p = Path(os.path.expanduser(str(path)))
+    dangling = next((a for a in (p.absolute(), *p.absolute().parents) if not a.exists() and a.is_symlink()), None)
+    if dangling is not None:
+        raise ConfigError(key, str(path), f"{dangling} is a link to {os.readlink(dangling)}, which does not exist: "
+                                          "create its target or choose another directory")
     if p.exists():
         if not p.is_dir():
             raise ConfigError(key, str(path), "exists and is not a directory; choose a directory path")

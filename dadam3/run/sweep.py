@@ -35,7 +35,7 @@ from dadam3.run.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
-from dadam3.run.paths import check_usable_dir
+from dadam3.run.paths import HYDRA_NO_TILDE, check_path, check_usable_dir
 from dadam3.errors.stops import Diverged, RunStopped, stop_report
 from dadam3.run.rewind import read_records
 from dadam3.run.directory import config_on_file
@@ -193,6 +193,7 @@ class SweepStatus(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         _usable_or_exit("hydra.sweep.dir", config.hydra.sweep.dir)
+        _status_file_or_exit(config.hydra.sweep.dir)
         _launcher_or_exit(config.hydra.launcher)
         note_existing(config.hydra.sweep.dir)
         self._invocation = f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:8]}"
@@ -227,10 +228,23 @@ def _launcher_or_exit(launcher: DictConfig) -> None:
 
 
 def _usable_or_exit(key: str, path: str) -> None:
+    """Hydra's directory as resolved (a ``${...}`` value the command line's check could not read):
+    its name (:func:`check_path`), no ``~`` (Hydra does not expand it), usable."""
     try:
-        if not str(path).strip():
-            raise ConfigError(key, path, "is empty (it would write into the current directory); name a directory")
+        check_path(key, str(path))
+        if str(path).startswith("~"):
+            raise ConfigError(key, path, HYDRA_NO_TILDE)
         check_usable_dir(key, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def _status_file_or_exit(sweep_dir: str) -> None:
+    """The sweep's :data:`SWEEP_STATUS`, which every job appends to, is a file this process can write."""
+    status = Path(sweep_dir) / SWEEP_STATUS
+    if status.is_dir() or (os.path.lexists(status) and not os.access(status, os.W_OK)):
+        what = "a directory" if status.is_dir() else "not writable by this user"
+        print(f"error: hydra.sweep.dir={sweep_dir}: its {SWEEP_STATUS} is {what}; move it away or choose another "
+              "hydra.sweep.dir", file=sys.stderr, flush=True)
         sys.exit(2)
