@@ -195,8 +195,10 @@ MAX_RETURNS_TO_ENTRY = 6
 # The set-up's walk counted file by file (``file_returns``: every frame of run/, errors/ and
 # train.py, its calls into other files folded into runs of one file), which moving a folder does
 # not change. Measured at the change that set it: fresh run 30 (before: 31), resume
-# 40 (before: 41); a change that adds a trip back into a file it left fails here.
-MAX_FILE_RETURNS = {"file_returns": 30, "file_returns_on_resume": 40}
+# 41 (before: 41; 40 with the start-up's own changes, and one more for the check of the run's
+# provenance.json that a resume makes before anything is written); a change that adds a trip
+# back into a file it left fails here.
+MAX_FILE_RETURNS = {"file_returns": 30, "file_returns_on_resume": 41}
 
 
 def test_the_training_entry_point_reads_on_one_screen():

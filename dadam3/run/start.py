@@ -252,7 +252,6 @@ def open_logs(s: TrainConfig, rd: RunDir):
     except BaseException:
         rd.undo(("wandb",) if fresh_wandb else ())
         raise
-    stamp_manifest(rd.path, rd.writes)          # a rewound log is a new file: stamped before a later failure
     return logger
 
 

@@ -42,10 +42,6 @@ ENTRY_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-# entries read outside the state's load (which names a missing one itself): a checkpoint without one is refused
-READ_ON_RESUME = ("record_on_grid",)
-
-
 def read_run_id(run_dir: Path) -> str | None:
     """The id in ``run_dir``/:data:`RUN_ID_FILE`, or None (no file, unreadable, not an id)."""
     try:

@@ -22,11 +22,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES, READ_ON_RESUME
+from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 
 OPTION_KEYS = ("name", "arch", "kind")      # the key naming a group's option (dataset.name, model.arch, ...)
+# a checkpoint's entries a resume reads outside the state's load (which names a missing one itself)
+READ_ON_RESUME = ("record_on_grid",)
 
 # keys (a key and everything under it) that are no part of a run's identity, and why
 NOT_IDENTITY = {
@@ -75,7 +77,7 @@ def stored_config(ckpt: Mapping[str, Any], renamed: Mapping[str, str] = MappingP
 def check_checkpoint(ckpt: Any, path: Path) -> None:
     """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
     only the entries this code writes, each of its type (:data:`~dadam3.run.checkpoint.contents.ENTRY_TYPES`),
-    those read outside the state's load among them (:data:`~dadam3.run.checkpoint.contents.READ_ON_RESUME`),
+    those read outside the state's load among them (:data:`READ_ON_RESUME`),
     at an iteration >= 0, with its config, of this version (the ``loop`` group)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
@@ -89,8 +91,9 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
                                                "...; now loop.*): resume it with that version or start a new run")
     missing = [name for name in READ_ON_RESUME if name not in ckpt]
     if missing:
-        raise ConfigError("resume", str(path), f"the checkpoint lacks the entry {missing[0]!r} that this code writes "
-                                               "in every checkpoint: it is damaged or another program's; start a new run")
+        raise ConfigError("resume", str(path), f"the checkpoint lacks the entry {missing[0]!r} that this code "
+                                               "writes in every checkpoint: it is damaged or another program's; "
+                                               "start a new run")
     for name, value in ckpt.items():
         if name not in ENTRY_TYPES:
             raise ConfigError("resume", str(path), f"the checkpoint holds an entry {name!r} this code never writes: "
