@@ -549,6 +549,16 @@ def test_a_resume_whose_command_line_hydra_cannot_compose_is_one_line(tmp_path):
         check_command_line("train", ["experiment=toy_gaussians", f"resume={tmp_path / 'run'}", "~loop.log_every"])
 
 
+@pytest.mark.parametrize("arg, said", [("hydra.run.dri=/tmp/x", "hydra.run.dri=None: Key 'dri' not in 'RunDir'"),
+                                       ("hydra.job.chdir=maybe", "hydra.job.chdir=maybe: Value 'maybe' is not a valid "
+                                                                 "bool")])
+def test_a_hydra_key_hydra_refuses_is_one_line_before_hydra(arg, said):
+    """A typo in a ``hydra.*`` key or a value Hydra cannot take: Hydra's own error, many lines, exit 1."""
+    with pytest.raises(ConfigError) as e:
+        check_command_line("train", ["experiment=toy_gaussians", arg])
+    assert str(e.value).startswith(said) and "\n" not in str(e.value)
+
+
 def test_hydra_writing_its_own_files_into_the_run_directory_is_refused():
     """``hydra.output_subdir=.hydra``: Hydra wrote ``.hydra/`` before the checks, into another run's
     directory too, even when the run was then refused."""

@@ -12,10 +12,11 @@ exit status 2):
   and no ``~`` at the start of Hydra's directories (Hydra does not expand it);
 * every override's key, type and range against the schema
   (:func:`dadam3.run.schema.check_overrides`);
-* for a single run, Hydra's composition of the command line (``~loop.log_every``: one line, a
-  resume's too), and for one that starts afresh the whole composed config as the run will read it
-  (the settings' cross-checks: an option that cannot apply on this machine, ``loop.lr_warmup``
-  longer than the run, ...), so no refusal waits for Hydra's directory.
+* for a single run, Hydra's composition of the command line (``~loop.log_every``, a typo in a
+  ``hydra.*`` key, a value Hydra cannot take: one line, a resume's too), and for one that starts
+  afresh the whole composed config as the run will read it (the settings' cross-checks: an option
+  that cannot apply on this machine, ``loop.lr_warmup`` longer than the run, ...), so no refusal
+  waits for Hydra's directory.
 
 The argparse entry points (gossip study, plot, report) check theirs with the same path check and a
 parser whose refusal is one line (:mod:`dadam3.run.paths`: ``ArgumentParser``, ``path_argument``).
@@ -62,9 +63,8 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
         check_no_sweep(parsed)
     check_overrides(config_name, argv)
     if not multirun:
-        overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra")
-                     or o.key_or_group == "hydra.searchpath"]
-        cfg = compose(config_name, overrides, checked=True)     # check_overrides above saw them all
+        overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra/")]   # not Hydra's groups
+        cfg = compose(config_name, overrides, checked=True)     # check_overrides above saw them all, Hydra its keys
         if not any(o.key_or_group == "resume" for o in parsed):     # a resume's settings are its run's config's
             (train_settings if config_name == "train" else synthetic_settings)(cfg)
 
