@@ -551,7 +551,8 @@ def test_a_resume_whose_command_line_hydra_cannot_compose_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("arg, said", [("hydra.run.dri=/tmp/x", "hydra.run.dri=None: Key 'dri' not in 'RunDir'"),
                                        ("hydra.job.chdir=maybe", "hydra.job.chdir=maybe: Value 'maybe' is not a valid "
-                                                                 "bool")])
+                                                                 "bool"),
+                                       ("hydra.mode=multirun", "hydra.mode=multirun: Invalid value 'multirun'")])
 def test_a_hydra_key_hydra_refuses_is_one_line_before_hydra(arg, said):
     """A typo in a ``hydra.*`` key or a value Hydra cannot take: Hydra's own error, many lines, exit 1."""
     with pytest.raises(ConfigError) as e:

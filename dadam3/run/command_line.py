@@ -45,7 +45,7 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
     """The whole command line of ``python -m dadam3.<config_name>`` (see the module docstring)."""
     parsed = _parsed(argv)
     multirun = any(a in MULTIRUN_FLAGS for a in argv) or any(
-        o.key_or_group == "hydra.mode" and str(o.value()).upper() == "MULTIRUN" for o in parsed)
+        o.key_or_group == "hydra.mode" and o.value() == "MULTIRUN" for o in parsed)   # Hydra takes no other spelling
     for o in parsed:
         if o.key_or_group in (*DIR_KEYS, *PATH_KEYS):
             for value in _values(o):
