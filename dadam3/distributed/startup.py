@@ -89,8 +89,8 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
     if dist.is_initialized():
         backend = dist.get_backend()
     elif backend == "auto":
-        on_cuda = torch.cuda.is_available() if cuda is None else cuda
-        backend = "nccl" if on_cuda and torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        on_cuda = torch.cuda.is_available() and cuda is not False
+        backend = "nccl" if on_cuda and dist.is_nccl_available() else "gloo"
     if backend == "nccl":
         if not torch.cuda.is_available() or cuda is False:
             raise ConfigError("backend", backend, "needs CUDA; use gloo on CPU")
