@@ -12,7 +12,7 @@ import difflib
 import inspect
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
 from types import MappingProxyType
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from dadam3.errors.config import ConfigError, check_bool, check_choice, check_int, check_range
 
@@ -171,6 +171,23 @@ def did_you_mean(key: str, known) -> str:
 
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts
+
+
+class ReadWhenAsked(Mapping):
+    """``schema_<kind>`` -> schema class, made by ``make()`` each time it is read: the schemas of a
+    registry that may grow after import (an optimizer or a topology added to it has its schema)."""
+
+    def __init__(self, make: Callable[[], Mapping[str, type]]):
+        self.make = make
+
+    def __getitem__(self, key: str) -> type:
+        return self.make()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.make())
+
+    def __len__(self) -> int:
+        return len(self.make())
 
 
 class Option(Section):

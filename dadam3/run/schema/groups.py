@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, make_dataclass
-from typing import Any, ClassVar, Iterator, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional
 
 from dadam3.data import DECODE_WORKERS, FASHION_MNIST_DEBIAN_ROOT
 from dadam3.data.fake import MAX_CHANNELS, MAX_LENGTH, FakeImages as FakeImageSet
@@ -25,9 +25,9 @@ from dadam3.data.partition import PARTITIONS
 from dadam3.errors.config import ConfigError, needs_package
 from dadam3.optim import ENGINES, OPTIMIZERS, Spec, optimizer_spec
 from dadam3.run.loggers import WANDB_MODES
-from dadam3.run.schema.fields import (Choice, Int, Num, Option, OptionName, boolean, default_of, knob,
-                                      schema_field, text)
-from dadam3.run.schema.topologies import TopologySchemas
+from dadam3.run.schema.fields import (Choice, Int, Num, Option, OptionName, ReadWhenAsked, boolean, default_of,
+                                      knob, schema_field, text)
+from dadam3.run.schema.topologies import topology_schemas
 
 DATA_ROOT = "${oc.env:DADAM3_DATA,data}"  # torchvision layout
 
@@ -233,21 +233,9 @@ def __getattr__(name: str) -> type:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class OptimizerSchemas(Mapping):
-    """``schema_<name>`` -> :func:`optimizer_schema` for every optimizer of the registry (read when
-    asked: an optimizer added to :data:`~dadam3.optim.OPTIMIZERS` has its schema)."""
-
-    def __getitem__(self, key: str) -> type:
-        name = key.removeprefix("schema_")
-        if not key.startswith("schema_") or name not in OPTIMIZERS:
-            raise KeyError(key)
-        return optimizer_schema(OPTIMIZERS[name])
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([f"schema_{name}" for name in OPTIMIZERS])
-
-    def __len__(self) -> int:
-        return len(OPTIMIZERS)
+def optimizer_schemas() -> dict[str, type]:
+    """``schema_<name>`` -> :func:`optimizer_schema` for every optimizer of the registry."""
+    return {f"schema_{name}": optimizer_schema(spec) for name, spec in OPTIMIZERS.items()}
 
 
 def option_schema(group: str, name: Any) -> type | None:
@@ -265,7 +253,7 @@ GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {
                          "schema_fashion_mnist": FashionMNIST, "schema_fake": FakeImages,
                          "schema_gaussians": Gaussians}),
     "model": ("arch", {"schema_dcgan": DCGAN, "schema_mlp": MLP, "schema_custom": Custom}),
-    "topology": ("name", TopologySchemas()),
+    "topology": ("name", ReadWhenAsked(topology_schemas)),
     "logger": ("kind", {"schema_jsonl": Jsonl, "schema_wandb": Wandb}),
-    "optimizer": ("name", OptimizerSchemas()),
+    "optimizer": ("name", ReadWhenAsked(optimizer_schemas)),
 }

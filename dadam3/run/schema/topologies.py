@@ -9,7 +9,7 @@ import functools
 import inspect
 import numbers
 from dataclasses import dataclass, make_dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Optional
 
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema.fields import (SEED_MAX, Int, Num, Option, OptionName, boolean, default_of, knob, matrix_rows,
@@ -47,10 +47,6 @@ class ErdosRenyi(Topology):
     seed: int = knob(default_of(build_topology, "seed"), Int(0, SEED_MAX))
 
 
-TOPOLOGY_SCHEMAS = {"schema_graph": None, "schema_torus": "torus", "schema_erdos_renyi": "erdos_renyi",
-                    "schema_explicit": "explicit"}     # the written ones: schema name -> the topology it is for
-
-
 def topology_field(name: str, default: Any) -> tuple:
     """A field for option ``name`` of a topology registered elsewhere: its builder's default, and
     a check by the default's type (the builder checks the value too)."""
@@ -76,32 +72,18 @@ def topology_schema(name: str) -> type:
     return cls
 
 
-class TopologySchemas(Mapping):
-    """``schema_<kind>`` -> the topology schemas: the written ones, and one made for each topology
-    of the registry with options no written schema covers (read when asked)."""
-
-    def _all(self) -> dict[str, type]:
-        written = {"schema_graph": Topology, "schema_torus": Torus, "schema_erdos_renyi": ErdosRenyi,
-                   "schema_explicit": Explicit}
-        made = {f"schema_{n}": topology_schema(n) for n, b in TOPOLOGIES.items()
-                if b.options and n not in TOPOLOGY_SCHEMAS.values()}
-        return {**written, **made}
-
-    def __getitem__(self, key: str) -> type:
-        return self._all()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+def topology_schemas() -> dict[str, type]:
+    """``schema_<kind>`` -> the topology schemas: ``schema_graph`` (no options), the written ones,
+    and one made for each topology of the registry with options no written schema covers."""
+    written = {"torus": Torus, "erdos_renyi": ErdosRenyi, "explicit": Explicit}
+    return {"schema_graph": Topology, **{topology_schema_name(n): written.get(n) or topology_schema(n)
+                                         for n, b in TOPOLOGIES.items() if b.options}}
 
 
 def topology_schema_name(name: str) -> str:
-    """The schema a topology's config names: ``schema_graph`` (no options), a written one, or its own."""
-    if not TOPOLOGIES[name].options:
-        return "schema_graph"
-    return next((k for k, v in TOPOLOGY_SCHEMAS.items() if v == name), f"schema_{name}")
+    """The schema a topology's config names: ``schema_graph`` (no options), else ``schema_<name>``
+    (a written one, or its own)."""
+    return f"schema_{name}" if TOPOLOGIES[name].options else "schema_graph"
 
 
 @dataclass
