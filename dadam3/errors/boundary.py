@@ -107,12 +107,9 @@ def failure_of(e: BaseException) -> tuple[int, str, bool] | None:
     ends with, or None for a bug (its traceback is due). A second stop signal that a library
     turned into another exception (torch's writer makes one of anything) is said as the stop."""
     if StoppedAtOnce.raised is not None and not isinstance(e, ConfigError):
-        at_once = StoppedAtOnce.raised
-        return at_once.exit_code, at_once.line(), at_once.echo
-    if isinstance(e, (ConfigError, RunStopped)):
+        return stop_report(StoppedAtOnce.raised)
+    if isinstance(e, (ConfigError, RunStopped, StoppedAtOnce)):
         return stop_report(e)
-    if isinstance(e, StoppedAtOnce):
-        return e.exit_code, e.line(), e.echo
     if isinstance(e, KeyboardInterrupt):        # SIGINT where no handler of ours was in force
         return 130, "stopped: SIGINT", True
     for cause in _causes(e):

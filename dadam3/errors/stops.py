@@ -26,12 +26,15 @@ class Diverged(RunStopped):
 
 
 def stop_report(e: BaseException) -> tuple[int, str, bool]:
-    """(exit status, one line, whether this process prints it) of a :class:`ConfigError` or a
-    :class:`RunStopped`: the one exit path of both entry points and of a sweep's jobs."""
+    """(exit status, one line, whether this process prints it) of a :class:`ConfigError`, a
+    :class:`RunStopped` or a :class:`StoppedAtOnce`: the one exit path of both entry points and of
+    a sweep's jobs."""
     if isinstance(e, ConfigError):
         return 2, f"error: {e}", e.echo
     if isinstance(e, RunStopped):
         return e.exit_code, f"{e.prefix}: {e}", e.echo
+    if isinstance(e, StoppedAtOnce):
+        return e.exit_code, f"stopped: {e}", e.echo
     raise TypeError(f"not a run-stopping error: {type(e).__name__}")
 
 
@@ -46,6 +49,3 @@ class StoppedAtOnce(Picklable, BaseException):
         super().__init__(message)
         self.exit_code = 128 + signum
         self.echo = True
-
-    def line(self) -> str:
-        return f"stopped: {self}"
