@@ -8,7 +8,6 @@ for rules between its fields), then freezes the section: the checked objects are
 """
 from __future__ import annotations
 
-import difflib
 import inspect
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields, is_dataclass
 from types import MappingProxyType
@@ -157,17 +156,6 @@ def check_tree(section: Section, prefix: str = "") -> Section:
 def schema_field(cls: type, name: str):
     """The dataclass field ``name`` of schema class ``cls`` (None if it has none)."""
     return next((f for f in fields(cls) if f.name == name), None)
-
-
-def closest(key: str, known) -> str | None:
-    """The name of ``known`` closest to ``key`` (None if none is close)."""
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return close[0] if close else None
-
-
-def did_you_mean(key: str, known) -> str:
-    close = closest(key, known)
-    return f"; did you mean {close}?" if close else ""
 
 
 SEED_MAX = 2**32 - 1                      # what every generator a run seeds accepts

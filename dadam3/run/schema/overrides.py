@@ -8,6 +8,7 @@ check followed by Hydra's composition, as the tests and scripts compose a config
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import fields, is_dataclass
 from typing import Any, Sequence
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import dadam3.run.schema.presets as presets
 from dadam3.run.config import CONFIG_DIR
 from dadam3.errors.config import ConfigError
-from dadam3.run.schema.fields import closest, did_you_mean, schema_field
+from dadam3.run.schema.fields import schema_field
 from dadam3.run.schema.groups import GROUPS, option_schema
 from dadam3.run.schema.runs import SyntheticConfig, TrainConfig, only_with
 
@@ -115,11 +116,11 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
             if i == 1 and parts[0] in GROUPS:
                 choice = cfg[parts[0]][GROUPS[parts[0]][0]]
                 raise ConfigError(path, _nest(rest, value), f"means nothing for {parts[0]}={choice} (its keys: "
-                                                            f"{', '.join(names)}){did_you_mean(part, names)}")
+                                                            f"{', '.join(names)}){_suggest(part, cls)}")
             if part in getattr(cls, "renamed", {}):         # a key of an earlier version
                 raise ConfigError(path, _nest(rest, value), f"is now {cls.renamed[part]}: use "
                                                             f"{cls.renamed[part]}={_nest(rest, value)}")
-            raise ConfigError(path, _nest(rest, value), f"unknown key{_suggest(part, cls, names)}")
+            raise ConfigError(path, _nest(rest, value), f"unknown key{_suggest(part, cls)}")
         if not rest:
             check = f.metadata.get("check")
             if check is not None and not (isinstance(value, str) and "${" in value):
@@ -183,11 +184,11 @@ def _nest(rest: list[str], value: Any) -> Any:
     return value
 
 
-def _suggest(part: str, cls: type, names: list[str]) -> str:
-    """A key's new name, or a close key, nested ones too (``iterations`` -> ``loop.iterations``)."""
-    dotted = {name: name for name in names}
+def _suggest(part: str, cls: type) -> str:
+    """A key's new name, or a close key of ``cls``, nested ones too (``iterations`` -> ``loop.iterations``)."""
+    dotted = {f.name: f.name for f in fields(cls)}
     for f in fields(cls):
         if is_dataclass(f.default_factory):
             dotted.update({g.name: f"{f.name}.{g.name}" for g in fields(f.default_factory) if g.name not in dotted})
-    close = closest(part, dotted)
-    return f"; did you mean {dotted[close]}?" if close else ""
+    close = difflib.get_close_matches(part, list(dotted), n=1)
+    return f"; did you mean {dotted[close[0]]}?" if close else ""
