@@ -158,6 +158,17 @@ def test_the_optimizer_group_is_an_ordinary_group():
     assert pickle.loads(pickle.dumps(cfg)) == cfg and pickle.loads(pickle.dumps(s.optimizer)) == s.optimizer
 
 
+def test_a_schema_made_for_a_registered_topology_pickles(monkeypatch):
+    """A topology added to the registry with options of its own has a schema made from its builder;
+    a launcher (submitit) pickles it (the composed config is typed by it, and the settings) as it
+    does an optimizer's."""
+    from dadam3.topology import TOPOLOGIES, Builder
+    monkeypatch.setitem(TOPOLOGIES, "pickled_ring", Builder(lambda nodes, weight=0.5: None, ("weight",)))
+    cls = option_schema("topology", "pickled_ring")
+    node = OmegaConf.structured(cls(name="pickled_ring"))
+    assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(node)) == node
+
+
 def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
     config = OmegaConf.to_container(compose("train", ["experiment=toy_gaussians"]), resolve=True)
     old = {k: v for k, v in config.items() if k != "loop"} | config["loop"]

@@ -209,9 +209,6 @@ class OptimizerOption(Option):
                                                     f"algorithm (nodes=1, no mixing); drop topology={topology}")
 
 
-OPTIMIZER_SCHEMA = "OptimizerOption_"       # + the optimizer's name: its schema's class name
-
-
 @functools.cache
 def optimizer_schema(spec: Spec) -> type:
     """The schema of optimizer ``spec.name``: ``name``, ``engine``, then one field per
@@ -220,7 +217,7 @@ def optimizer_schema(spec: Spec) -> type:
     # auto: torch.compile on CUDA, numba on the CPU | eager: the phase in Python everywhere, so a
     # breakpoint in the algorithm's direction fires (dadam3/optim/engines.py)
     engine = ("engine", str, knob("auto", Choice(ENGINES), resume=True))
-    cls = make_dataclass(OPTIMIZER_SCHEMA + spec.name,
+    cls = make_dataclass(f"OptimizerOption_{spec.name}",
                          [("name", str, knob(check=OptionName((spec.name,)))), engine, *hparams],
                          bases=(OptimizerOption,))
     cls.__module__ = __name__            # found again by the module's __getattr__ (pickle, submitit)
@@ -228,9 +225,12 @@ def optimizer_schema(spec: Spec) -> type:
 
 
 def __getattr__(name: str) -> type:
-    if name.startswith(OPTIMIZER_SCHEMA) and name[len(OPTIMIZER_SCHEMA):] in OPTIMIZERS:
-        return optimizer_schema(OPTIMIZERS[name[len(OPTIMIZER_SCHEMA):]])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A schema made from a registry (an optimizer's, a topology's) by its class name: how pickle
+    finds it again (a launcher such as submitit pickles the composed config and the settings)."""
+    made = [cls for _, options in GROUPS.values() for cls in options.values() if cls.__name__ == name]
+    if not made:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return made[0]
 
 
 def optimizer_schemas() -> dict[str, type]:

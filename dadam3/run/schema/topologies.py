@@ -68,7 +68,7 @@ def topology_schema(name: str) -> type:
     cls = make_dataclass(f"Topology_{name}", [("name", str, knob(check=OptionName((name,)))),
                                               *[topology_field(o, params[o].default) for o in builder.options]],
                          bases=(Topology,))
-    cls.__module__ = __name__
+    cls.__module__ = "dadam3.run.schema.groups"     # found again by that module's __getattr__ (pickle, submitit)
     return cls
 
 
