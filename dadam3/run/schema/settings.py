@@ -62,18 +62,14 @@ def may_change_on_resume(dotted_key: str) -> bool:
     resume (declared beside each field: ``knob(..., resume=True)``). A key the schema does
     not know may not; of a group, a key any of its schemas lets change (an optimizer's
     hyper-parameters, not its name)."""
-    parts = dotted_key.split(".")
+    group, *rest = dotted_key.split(".")
+    if group in GROUPS and rest:
+        found = [schema_field(c, rest[0]) for c in GROUPS[group][1].values()]
+        return len(rest) == 1 and any(f is not None and f.metadata.get("resume") for f in found)
     cls: Any = TrainConfig
-    for i, part in enumerate(parts):
-        if cls is TrainConfig and part in GROUPS and len(parts) > 1:
-            found = [schema_field(c, parts[1]) for c in GROUPS[part][1].values()]
-            return len(parts) == 2 and any(f is not None and f.metadata.get("resume") for f in found)
-        f = schema_field(cls, part)
+    for part in dotted_key.split("."):
+        f = schema_field(cls, part) if is_dataclass(cls) else None     # past a value: no such key
         if f is None:
             return False
-        if i == len(parts) - 1:
-            return bool(f.metadata.get("resume"))
-        cls = f.default_factory if is_dataclass(f.default_factory) else None
-        if cls is None:
-            return False
-    return False
+        cls = f.default_factory
+    return bool(f.metadata.get("resume"))
