@@ -55,9 +55,8 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
     if not values:
         return
     lines = [[f"{o.input_line.partition('=')[0]}={v}" for v in _values(o, as_text=True)] for o in choices]
-    searchpath = [o.input_line for o in parsed if o.key_or_group == "hydra.searchpath"]   # where options are found
     for combo in itertools.product(*lines):
-        cfg = _compose(config_name, [*searchpath, *combo])
+        cfg = _compose(config_name, combo)
         for o in values:
             for value in _values(o):
                 _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
