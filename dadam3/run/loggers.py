@@ -245,21 +245,9 @@ class WandbLogger:
 
 # ---------------------------------------------------------------- fan-out and factory
 
-class NullLogger:
-    """Logs nothing: the logger of every rank but rank 0 under torch.distributed."""
-
-    def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        pass
-
-    def log_images(self, key: str, images: Tensor, step: int) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
 class MultiLogger:
-    """Sends every call to each logger."""
+    """Sends every call to each logger; with none (``MultiLogger()``) it logs nothing: the logger
+    of every rank but rank 0 under torch.distributed."""
 
     def __init__(self, *loggers: Logger):
         self.loggers = list(loggers)

@@ -78,8 +78,8 @@ def gathered_net(net: StackedNet, full: StackedNet | None, placement: Placement)
 
 class Records:
     """Records of the run into ``logger`` (a :mod:`dadam3.run.loggers` logger; on ranks other
-    than 0 a NullLogger): one at every iteration on the logging ``grid`` (stored in checkpoints:
-    :mod:`dadam3.run.rewind`), at the last one and at every evaluation (:meth:`due`)."""
+    than 0 a ``MultiLogger()`` of none): one at every iteration on the logging ``grid`` (stored in
+    checkpoints: :mod:`dadam3.run.rewind`), at the last one and at every evaluation (:meth:`due`)."""
 
     def __init__(self, logger, grid: LoggingGrid, placement: Placement):
         self.logger, self.grid, self.placement = logger, grid, placement

@@ -42,7 +42,7 @@ from dadam3.run.checkpoint.resume import run_identity
 from dadam3.run.config import flatten
 from dadam3.run.directory import RunDir, claim_run_dir
 from dadam3.run.job_log import JOB_LOG, JobLog, hydra_files, provenance_files, write_files
-from dadam3.run.loggers import NullLogger, build_logger
+from dadam3.run.loggers import MultiLogger, build_logger
 from dadam3.run.manifest import stamp_manifest
 from dadam3.run.records import Records
 from dadam3.run.resume_config import resumed_config
@@ -85,7 +85,7 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     # 3. the state (a resume's checkpoint loaded into it)
     state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
     # 4. every check passed: the logs
-    logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else NullLogger())
+    logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else MultiLogger())
     if job_log is not None:
         job_log.attach(rd.path / JOB_LOG)
     grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
