@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import WriteFailed, write_text_whole
 from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
-from dadam3.run.paths import mkstemp_umask
 
 # the names a training run writes (.hydra/ and train.log too: the run writes them once it holds the
 # directory); what overwrite=true deletes of a run written before manifests
@@ -124,7 +124,7 @@ def stamp_manifest(run_dir: Path, writes: Sequence[str]) -> None:
                     stamps[rel] = mark
     try:
         write_manifest(run_dir, list(stamps), stamps)
-    except OSError:     # a full disk: the earlier stamps stay, and what they no longer match is kept, not deleted
+    except WriteFailed:     # a full disk: the earlier stamps stay, and what they no longer match is kept, not deleted
         pass
 
 
@@ -177,16 +177,9 @@ def write_manifest(run_dir: Path, names: Sequence[str], stamps: Mapping[str, str
     target = Path(run_dir) / MANIFEST
     stamps = stamps or {}
     names = [*names, *(n for n in stamps if n.split("/")[0] in names and "/" in n)]   # what its folders hold
-    fd, tmp = mkstemp_umask(target)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(MANIFEST_HEADER + "".join(f"{n}\t{stamps[n]}\n" if stamps.get(n) else f"{n}\n"
-                                              for n in dict.fromkeys(names)))
-        os.replace(tmp, target)
-        _CLAIMED.setdefault(os.path.realpath(run_dir), os.stat(target).st_mtime_ns)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_whole(target, MANIFEST_HEADER + "".join(f"{n}\t{stamps[n]}\n" if stamps.get(n) else f"{n}\n"
+                                                       for n in dict.fromkeys(names)))
+    _CLAIMED.setdefault(os.path.realpath(run_dir), os.stat(target).st_mtime_ns)
 
 
 def run_files(run_dir: Path, writes: Sequence[str] = RUN_FILES) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
