@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from dadam3.errors.config import ConfigError
-from dadam3.run.paths import mkstemp_umask
+from dadam3.errors.files import write_text_whole
 
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
 log = logging.getLogger(__name__)
@@ -106,38 +105,30 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
     record, or not UTF-8: such a line is dropped whole, never written back altered). A record at k that an
     uninterrupted run has but the log lacks (torn, or deleted) cannot be written again (its
     window's sums were reset when it was logged): one warning line says the log has none at k."""
-    fd, tmp = mkstemp_umask(path)
-    unreadable, torn, at_k = [], None, False
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out, open(path, "rb") as src:
-            for number, raw in enumerate(src, 1):
-                if not raw.endswith(b"\n"):
-                    torn = number if raw.strip() else None
-                    break
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:          # not UTF-8: unreadable, never rewritten altered
+    kept, unreadable, torn, at_k = [], [], None, False
+    with open(path, "rb") as src:
+        for number, raw in enumerate(src, 1):
+            if not raw.endswith(b"\n"):
+                torn = number if raw.strip() else None
+                break
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:          # not UTF-8: unreadable, never rewritten altered
+                unreadable.append(number)
+                continue
+            record = parse_record(line)
+            if record is None:
+                if line.strip():
                     unreadable.append(number)
-                    continue
-                record = parse_record(line)
-                if record is None:
-                    if line.strip():
-                        unreadable.append(number)
-                    continue
-                it, status = record.get("iteration"), record.get("status")
-                if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
-                    continue
-                if status == "resumed" and it is not None and it >= k:
-                    continue
-                at_k = at_k or (it == k and status not in ("resumed",))
-                out.write(line)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+                continue
+            it, status = record.get("iteration"), record.get("status")
+            if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
+                continue
+            if status == "resumed" and it is not None and it >= k:
+                continue
+            at_k = at_k or (it == k and status not in ("resumed",))
+            kept.append(line)
+    write_text_whole(path, "".join(kept))
     if unreadable:
         shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
         log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
