@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import write_failure_reason
+from dadam3.errors.files import WriteFailed, write_failure_reason, write_whole
 from dadam3.errors.stops import RunStopped
 from dadam3.run.paths import mkstemp_umask
 
@@ -111,7 +111,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
         raise
     try:
         _write_checksums(path, [digest])
-    except OSError:         # the file on disk still lists the new hash (and the old): it verifies
+    except WriteFailed:     # the file on disk still lists the new hash (and the old): it verifies
         pass
     _fsync_dir(path.parent)
     return path
@@ -174,17 +174,9 @@ def _earlier(path: Path) -> list[str]:
 
 
 def _write_checksums(path: Path, digests: list[str]) -> None:
-    target = checksum_path(path)
-    fd, tmp = mkstemp_umask(target)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write("".join(f"{d}  {path.name}\n" for d in dict.fromkeys(digests)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``path``'s checksum file listing ``digests``, written whole (:func:`write_whole`)."""
+    text = "".join(f"{d}  {path.name}\n" for d in dict.fromkeys(digests))
+    write_whole(checksum_path(path), lambda f: f.write(text.encode("ascii")))
 
 
 def remove_stray_temporaries(directory: Path) -> list[Path]:
