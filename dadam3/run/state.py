@@ -131,10 +131,6 @@ class Checkpointer:
         why it was not written."""
         return write_checkpoint(ckpt, self.path, self.placement)
 
-    def written(self) -> bool:
-        """Whether a checkpoint of this run directory is on disk."""
-        return self.path.is_file()
-
 
 def capture_rng_state() -> dict[str, Any]:
     """Every global random generator a run draws from: ``torch`` (CPU), ``cuda`` (one per

@@ -44,7 +44,7 @@ from dadam3.gan.wgan_gp import critic_step, generator_step
 from dadam3.optim import step_together
 from dadam3.optim.base import gradients_per_step
 from dadam3.errors.boundary import failure_of
-from dadam3.run.checkpoint import CheckpointNotWritten, checkpoint_path, resume_command
+from dadam3.run.checkpoint import CheckpointNotWritten, resume_command
 from dadam3.run.divergence import loss_beyond
 from dadam3.run.loggers import progress
 from dadam3.run.manifest import stamp_manifest
@@ -247,7 +247,7 @@ class WGANTrainer:
             self._diverged(bad)
 
     def _diverged(self, bad: Divergence) -> None:
-        kept = (f"; last good checkpoint: {self.checkpointer.path}" if self.checkpointer.written()
+        kept = (f"; last good checkpoint: {self.checkpointer.path}" if self.checkpointer.path.is_file()
                 else "; no checkpoint was written yet")
         self.records.status(bad.iteration, "diverged", self.wall_time(), node=bad.node, message=bad.message)
         raise self._agreed(TrainingDiverged(bad.message + kept))
@@ -264,7 +264,7 @@ class WGANTrainer:
 
     # ------------------------------------------------------------------ early stops (see the module docstring)
     def _continue_with(self) -> str:
-        if not checkpoint_path(self.run_dir).is_file():
+        if not self.checkpointer.path.is_file():
             return "start the run again"
         return f"continue with `{resume_command(self.run_dir)}`"
 
@@ -301,7 +301,7 @@ class WGANTrainer:
                                        signum))
 
     def _last_checkpoint(self) -> str:
-        path = checkpoint_path(self.run_dir)
+        path = self.checkpointer.path
         return str(path) if path.is_file() else "none written yet"
 
     def _terminal_record(self, status: str, reason: str) -> None:
