@@ -61,7 +61,7 @@ def train_run(cfg: DictConfig, run_dir: Path) -> WGANTrainer:
         trainer.fit()
         trainer.finish()
         shutdown()
-        log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.wall_time(),
+        log.info("finished %d iterations in %.1f s -> %s", trainer.state.iteration, trainer.state.wall_time(),
                  trainer.run_dir)
     return trainer
 

@@ -249,18 +249,15 @@ class WGANTrainer:
     def _diverged(self, bad: Divergence) -> None:
         kept = (f"; last good checkpoint: {self.checkpointer.path}" if self.checkpointer.path.is_file()
                 else "; no checkpoint was written yet")
-        self.records.status(bad.iteration, "diverged", self.wall_time(), node=bad.node, message=bad.message)
+        self.records.status(bad.iteration, "diverged", self.state.wall_time(), node=bad.node, message=bad.message)
         raise self._agreed(TrainingDiverged(bad.message + kept))
 
     def finish(self) -> None:
         """The final ``finished`` record; closes the logger and releases the run directory."""
-        self.records.status(self.state.iteration, "finished", self.wall_time())
+        self.records.status(self.state.iteration, "finished", self.state.wall_time())
         self.records.logger.finish()
         if self.run.lock is not None:
             self.run.lock.release()
-
-    def wall_time(self) -> float:
-        return self.state.wall_time()
 
     # ------------------------------------------------------------------ early stops (see the module docstring)
     def _continue_with(self) -> str:
@@ -294,7 +291,7 @@ class WGANTrainer:
         """After the checkpoint: the record, then every rank waits for rank 0 to have written it
         (so the ranks exit together: a launcher sees one clean stop, not a rank gone early)."""
         name, k = signal.Signals(signum).name, self.state.iteration
-        self.records.status(k, "interrupted", self.wall_time(), signal=name)
+        self.records.status(k, "interrupted", self.state.wall_time(), signal=name)
         self.records.logger.finish()
         self.placement.agree_max([0])
         raise self._agreed(Interrupted(f"{name} after iteration {k}; checkpoint saved; {self._continue_with()}",
@@ -307,7 +304,7 @@ class WGANTrainer:
     def _terminal_record(self, status: str, reason: str) -> None:
         """The log's last record, where it can still be written (its disk may be full too)."""
         k = self.state.iteration
-        record = {"iteration": k, "status": status, "reason": reason, "time": self.wall_time()}
+        record = {"iteration": k, "status": status, "reason": reason, "time": self.state.wall_time()}
         for act in (lambda: self.records.logger.log(record, step=k), self.records.logger.finish):
             with contextlib.suppress(Exception):        # stderr says the reason in any case
                 act()
