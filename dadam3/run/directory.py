@@ -208,7 +208,8 @@ def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool
                           "writes there, so move them away or choose another directory; nothing was deleted")
     if not overwrite:
         resumable = (run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file() and (run_dir / "metrics.jsonl").is_file()
-        again = f"continue it with {_resume_hint(run_dir)}, " if fresh and resumable else ""
+        # resume=DIR, quoted for the shell and Hydra
+        again = f"continue it with {shlex.quote(resume_override(run_dir))}, " if fresh and resumable else ""
         raise ConfigError("hydra.run.dir", str(run_dir),
                           f"holds another run's files ({', '.join(theirs)}); {again}choose a new "
                           "directory, or set overwrite=true to delete them")
@@ -279,11 +280,6 @@ def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
     for d in dirs:
         if not os.access(d, os.W_OK | os.X_OK):
             raise refuse(d, "permission denied (the directory is not writable)")
-
-
-def _resume_hint(run_dir: Path) -> str:
-    """``resume=DIR``, quoted for the shell and Hydra."""
-    return shlex.quote(resume_override(run_dir))
 
 
 def _lock(run_dir: Path):
