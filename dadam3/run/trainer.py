@@ -303,9 +303,8 @@ class WGANTrainer:
 
     def _terminal_record(self, status: str, reason: str) -> None:
         """The log's last record, where it can still be written (its disk may be full too)."""
-        k = self.state.iteration
-        record = {"iteration": k, "status": status, "reason": reason, "time": self.state.wall_time()}
-        for act in (lambda: self.records.logger.log(record, step=k), self.records.logger.finish):
+        k, wall = self.state.iteration, self.state.wall_time()
+        for act in (lambda: self.records.status(k, status, wall, reason=reason), self.records.logger.finish):
             with contextlib.suppress(Exception):        # stderr says the reason in any case
                 act()
 
