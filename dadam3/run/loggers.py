@@ -171,24 +171,9 @@ class JsonlLogger:
             self._file.close()
 
     def _drop_torn_tail(self) -> None:
-        with open(self.path, "r+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
-                return
-            # Scan backwards for the last newline; the torn line is short, so small blocks do.
-            end = size
-            while end > 0:
-                start = max(0, end - 4096)
-                f.seek(start)
-                nl = f.read(end - start).rfind(b"\n")
-                if nl >= 0:
-                    f.truncate(start + nl + 1)
-                    return
-                end = start
-            f.truncate(0)
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            os.truncate(self.path, data.rfind(b"\n") + 1)      # after the last whole line (none: 0)
 
 
 # ---------------------------------------------------------------- Weights & Biases
