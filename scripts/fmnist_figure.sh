@@ -10,6 +10,7 @@
 # NAME_fidelity.png and writes summary.md (final IS / FID / KID, mean ± sample SD over seeds,
 # and the path of each method's last averaged-model sample grid of the first seed): quick looks,
 # git-ignored under results/; the committed tables and figures come from `make report`.
+# NICE=N: each run's niceness increment (scripts/runs.sh; default 10).
 # ITERATIONS=N: train to N iterations (overrides the preset); a run that finished short of N
 # is continued from its last checkpoint, so a long experiment can go as far as time allows
 # and be extended later. SMOKE=1: seconds-long CPU runs on the committed 1000-image subset.
@@ -72,7 +73,7 @@ for seed in $seeds; do
     if diverged "$dir"; then
       echo "$dir: diverged, skipped (its last record says where)"
     elif finished_short "$dir"; then
-      nice "$PY" -m dadam3.train "${args[@]}" "resume=$dir" hydra.run.dir="$dir" || diverged "$dir"
+      nice -n "${NICE:-10}" "$PY" -m dadam3.train "${args[@]}" "resume=$dir" hydra.run.dir="$dir" || diverged "$dir"
     else
       train_or_resume "$dir" "${args[@]}" || diverged "$dir"   # a divergence is a result, not a failure
     fi

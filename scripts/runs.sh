@@ -1,4 +1,10 @@
 # Sourced by the figure drivers (is_figure.sh, toy_gaussians.sh, fmnist_figure.sh); needs PY (the python to run).
+# NICE=N: each training run starts under `nice -n N` (default 10: a long run yields the CPU to the
+# machine's other work; 0: at the driver's own priority, as the test suite runs them).
+if ! [[ ${NICE:-10} =~ ^([0-9]|1[0-9])$ ]]; then
+  echo "error: NICE=${NICE}: the niceness increment of each run (nice -n): a whole number from 0 to 19" >&2
+  exit 2
+fi
 
 # optimizer name -> its label in legends and tables
 declare -A LABEL=([adam3]=Adam3 [oadagrad]=OAdagrad [dadam3]=Dadam3 [cadam3]=Cadam3 [dosg]=DOSG [cosg]=COSG)
@@ -35,9 +41,9 @@ train_or_resume() {
     echo "$dir: diverged, skipped (its log says where; remove the directory to train it afresh)"
     return 0
   elif [ -f "$dir/checkpoints/last.pt" ]; then
-    nice "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir" || rc=$?
+    nice -n "${NICE:-10}" "$PY" -m dadam3.train "$@" "resume=$dir" hydra.run.dir="$dir" || rc=$?
   else
-    nice "$PY" -m dadam3.train "$@" overwrite=true hydra.run.dir="$dir" || rc=$?
+    nice -n "${NICE:-10}" "$PY" -m dadam3.train "$@" overwrite=true hydra.run.dir="$dir" || rc=$?
   fi
   if [ "$rc" -ne 0 ] && diverged "$dir"; then
     echo "$dir: diverged (its last record says where); going on with the next run"

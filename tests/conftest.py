@@ -6,6 +6,10 @@ import os
 # two cores, each starting multi-threaded children, would oversubscribe the cores. Runs that set
 # `threads` themselves (toy_gaussians: 1) are unaffected; no test depends on torch's default.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The figure drivers start each run niced (scripts/runs.sh: NICE, default 10): beside the other
+# xdist worker a niced run gets a tenth of a core (the paper-scale smoke test: 27 s alone, 330 to
+# 450 s beside a second suite). The suite runs them at its own priority.
+os.environ.setdefault("NICE", "0")
 
 
 def pytest_collection_modifyitems(session, config, items):

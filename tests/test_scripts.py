@@ -20,6 +20,7 @@ DIVERGED = {"iteration": 3, "status": "diverged", "message": "loss_d of node 0 i
 FAKE_PYTHON = r"""#!/usr/bin/env bash
 echo "$*" >> "$FAKE_LOG"
 if [ "$2" != dadam3.train ]; then exec "$REAL_PYTHON" "$@"; fi
+nice >> "$FAKE_LOG.nice"                # the niceness the run started at
 for a in "$@"; do case $a in hydra.run.dir=*) dir=${a#*=};; optimizer=*) opt=${a#*=};; esac; done
 mkdir -p "$dir/samples"
 case $opt in
@@ -82,6 +83,24 @@ def test_a_finished_run_with_a_non_finite_loss_in_its_log_is_diverged_for_the_dr
     assert r.returncode == 0 and f"{tmp_path}/nan: diverged, skipped" in r.stdout, r.stdout + r.stderr
     assert "neginf-diverged" in r.stdout
     assert not [c for c in log.read_text().splitlines() if "dadam3.train" in c]
+
+
+def test_the_drivers_start_each_run_at_the_niceness_NICE_asks_and_refuse_another_in_one_line(tmp_path, fake_python):
+    """Each training run starts under ``nice -n $NICE`` (default 10); a NICE that is not 0 to 19
+    is one line, exit 2, before any run."""
+    env, log = fake_python
+    base = os.nice(0)
+    for nice, want in ((None, base + 10), ("0", base), ("3", base + 3)):
+        run_env = {k: v for k, v in env.items() if k != "NICE"} | ({} if nice is None else {"NICE": nice})
+        r = _train_or_resume(run_env, f"train_or_resume {tmp_path}/run{nice} optimizer=adam3")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert int((tmp_path / "calls.log.nice").read_text().split()[-1]) == min(want, 19)
+    for bad in ("abc", "-5", "20", " 3"):
+        r = _train_or_resume({**env, "NICE": bad}, f"train_or_resume {tmp_path}/bad optimizer=adam3")
+        assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+        said = "the niceness increment of each run (nice -n): a whole number from 0 to 19"
+        assert r.stderr == f"error: NICE={bad}: {said}\n"
+    assert not (tmp_path / "bad").exists()
 
 
 def test_train_or_resume_stops_on_a_failure_that_is_not_a_divergence(tmp_path, fake_python):
