@@ -171,9 +171,14 @@ class JsonlLogger:
             self._file.close()
 
     def _drop_torn_tail(self) -> None:
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            os.truncate(self.path, data.rfind(b"\n") + 1)      # after the last whole line (none: 0)
+        with open(self.path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) != b"\n":             # a torn last line: read the file only then
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)      # after the last whole line (none: 0)
 
 
 # ---------------------------------------------------------------- Weights & Biases
