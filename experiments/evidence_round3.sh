@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Evidence round 3 (issue 46) and the heterogeneous-nodes study (issue 43): the runs their analysis
-# plans govern (docs/analysis_plan/FAMILY.yaml, committed before the runs).
+# The runs an analysis plan governs (docs/analysis_plan/FAMILY.yaml, committed before the runs):
+# evidence rounds 3 (issue 46) and 4 (issue 59), the heterogeneous-nodes studies (issues 43 and 58).
 #
 #   bash experiments/evidence_round3.sh FAMILY "SEEDS" "CELLS"
 #   bash experiments/evidence_round3.sh FAMILY next ["SEEDS"]
@@ -13,19 +13,20 @@
 #            asking every POLL_S seconds, 60 by default). A run that does not finish stops it. A seed
 #            whose runs so far ran on another machine class (provenance device_model) is left for a
 #            machine of that class (one line each); when only such seeds are left, it stops (status 3).
-#   FAMILY   fig2 | fig3 | heterogeneous (the plan file's name)
-#   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh)
-#   CELLS    fig2/fig3: METHOD@LR ... (a method of the plan and a step size of its grid);
-#            heterogeneous: ARM ... (an arm of the plan). A seed whose runs so far ran on another
-#            machine class is refused before any run (status 3, one line each)
+#   FAMILY   a plan's file name: fig2 | fig3 | heterogeneous | fig2_r4 | fig3_stable | shared_scale
+#   SEEDS    e.g. "0 1 2" (selection) or "3 4 5 6 7" (fresh): seeds of the plan (others are refused)
+#   CELLS    a plan with methods: METHOD@LR ... (a method of the plan and a step size of its grid, or
+#            of the grid of the method it inherits from); with arms (heterogeneous): ARM ... A seed
+#            whose runs so far ran on another machine class is refused before any run (status 3, one
+#            line each)
 #
 # Seed by seed, then cell by cell, so that the runs one seed pairs run back to back on the same
 # machine in the same session (the plan's one_machine_class_per_seed). Each run goes to the plan's
-# runs/ folder (fig2/fig3: <runs>/lr<LR>/<METHOD>/seed<S>; heterogeneous:
-# <runs>/<data>/<setting>/lr<LR>/<METHOD>/seed<S>) through scripts/fmnist_figure.sh, which skips a
+# runs/ folder (<runs>/lr<LR>/<OPTIMIZER>/seed<S>; a method or arm on data and a setting of its own:
+# <runs>/<data>/<setting>/lr<LR>/<OPTIMIZER>/seed<S>) through scripts/fmnist_figure.sh, which skips a
 # finished or diverged run and resumes an interrupted one: stop the script and call it again.
 # Every run of a family comes from one clean commit (the report refuses to judge a family whose runs
-# mix commits): CODE=DIR runs the cells in DIR, a clean worktree of that commit (its own
+# mix commits; a CODE with uncommitted changes to tracked files is refused here): CODE=DIR runs the cells in DIR, a clean worktree of that commit (its own
 # scripts/fmnist_figure.sh and dadam3, its results/ folder), while this checkout's script, plans and
 # report choose them, so a family begun on an older commit goes on with today's queue, e.g.
 #   git worktree add ../r3 <commit>
@@ -40,10 +41,27 @@ code=${CODE:-$(dirname "$0")/..}
   echo "error: CODE=$code: not a checkout of dadam3 (no scripts/fmnist_figure.sh in it); nothing run" >&2
   exit 2; }
 export CODE; CODE=$(cd "$code" && pwd)
+changed=$(git -C "$CODE" status --porcelain --untracked-files=no 2>&1) || {
+  echo "error: CODE=$CODE: git cannot say which commit it is ($changed); nothing run" >&2; exit 2; }
+[ -z "$changed" ] || {
+  echo "error: CODE=$CODE: uncommitted changes to tracked files (${changed//$'\n'/; }): every run of a family comes from one clean commit; commit them or use a clean worktree (git worktree add); nothing run" >&2
+  exit 2; }
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-family=${1:?FAMILY: fig2, fig3 or heterogeneous}
+family=${1:?FAMILY: a plan of docs/analysis_plan (fig2, fig3, heterogeneous, fig2_r4, fig3_stable, shared_scale)}
+plan_seeds() {       # the selection and fresh seeds of the plan, one line
+  "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []), *d['fresh_seeds'])" "docs/analysis_plan/$1.yaml"
+}
+check_seeds() {      # every seed of $2 an integer and a seed of plan $1, else one line and status 2
+  local known s; known=$(plan_seeds "$1") || { echo "error: FAMILY=$1: docs/analysis_plan/$1.yaml cannot be read; nothing run" >&2; exit 2; }
+  for s in $2; do
+    [[ "$s" =~ ^[0-9]+$ ]] && [[ " $known " == *" $s "* ]] || {
+      echo "error: SEEDS: $s is not a seed of docs/analysis_plan/$1.yaml (allowed: $known); nothing run" >&2; exit 2; }
+  done
+}
 if [ "${2:-}" = next ]; then
+  [ -f "docs/analysis_plan/$family.yaml" ] || { echo "error: FAMILY=$family: no docs/analysis_plan/$family.yaml (allowed: $(cd docs/analysis_plan && ls -- *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')); nothing run" >&2; exit 2; }
+  check_seeds "$family" "${3:-}"
   only=${3:-} previous= waiting= said=
   held=$(mktemp); trap 'rm -f "$held"' EXIT
   while :; do
@@ -75,48 +93,52 @@ fi
 seeds=${2:?SEEDS, e.g. \"0 1 2\", or next}
 cells=${3:?CELLS: METHOD@LR ... or ARM ...}
 plan=docs/analysis_plan/$family.yaml
-[ -f "$plan" ] || { echo "error: FAMILY=$family: no $plan (allowed: fig2, fig3, heterogeneous); nothing run" >&2; exit 2; }
+[ -f "$plan" ] || { echo "error: FAMILY=$family: no $plan (allowed: $(cd docs/analysis_plan && ls -- *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')); nothing run" >&2; exit 2; }
 
 # every cell resolved before any run starts: one line per cell, "NAME|EXPERIMENT|METHOD|override ..."
 resolved=$("$PY" - "$plan" "$cells" <<'PYEOF'
 import sys
-import yaml
+from pathlib import Path
 
-def lr_name(lr: float) -> str:
-    """8e-4, 1.6e-3, 2.56e-2: the folder and override spelling of the earlier rounds."""
-    mantissa, exponent = f"{lr:e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+from dadam3.report import read
+from dadam3.report.families import lr_folder, method_grid
+from dadam3.report.plan import load
 
-
-plan = yaml.safe_load(open(sys.argv[1]))
-runs, experiment = plan["runs"].removeprefix("results/fmnist/"), plan["experiment"]
+try:
+    plan, doc = load(Path(sys.argv[1])), read.yaml_file(Path(sys.argv[1]), {})
+except Exception as e:                      # a damaged plan: one line naming it
+    sys.exit(f"error: {e}; nothing run")
+runs, experiment = plan.runs.removeprefix("results/fmnist/"), doc["experiment"]
 for cell in sys.argv[2].split():
-    if "arms" in plan:
-        if cell not in plan["arms"]:
-            sys.exit(f"error: cell {cell}: not an arm of {sys.argv[1]} (allowed: {', '.join(plan['arms'])}); nothing run")
-        data, setting, method, lr = plan["arms"][cell]
-        extra = plan["data"][data] + plan["settings"][setting]
-        name = f"{runs}/{data}/{setting}/lr{lr_name(lr)}"
+    if plan.arms:
+        if cell not in plan.arms:
+            sys.exit(f"error: cell {cell}: not an arm of {sys.argv[1]} (allowed: {', '.join(plan.arms)}); nothing run")
+        data, setting, method, lr = plan.arms[cell]
+        extra = doc["data"][data] + doc["settings"][setting]
+        name = f"{runs}/{data}/{setting}/lr{lr_folder(lr)}"
     else:
-        method, _, lr_text = cell.partition("@")
-        grid = plan["methods"].get(method, {}).get("grid", [])
+        unit, _, lr_text = cell.partition("@")
+        spec = plan.methods.get(unit)
+        grid = method_grid(plan, unit) if spec is not None else ()
         lr = next((g for g in grid if lr_text and abs(g - float(lr_text)) <= 1e-12 * g), None) \
             if lr_text.replace(".", "", 1).replace("e-", "", 1).isdigit() else None
         if lr is None:
-            sys.exit(f"error: cell {cell}: not METHOD@LR with METHOD one of {', '.join(plan['methods'])} and LR on "
+            sys.exit(f"error: cell {cell}: not METHOD@LR with METHOD one of {', '.join(plan.methods)} and LR on "
                      f"its grid in {sys.argv[1]}; nothing run")
-        extra = list(plan.get("overrides", []))
-        name = f"{runs}/lr{lr_name(lr)}"
-    print("|".join([name, experiment, method, " ".join([f"optimizer.lr={lr_name(lr)}", *extra])]))
+        method = spec.optimizer
+        extra = list(doc.get("overrides") or [])
+        name = f"{runs}/lr{lr_folder(lr)}"
+        if spec.data is not None:
+            extra += doc["data"][spec.data] + doc["settings"][spec.setting]
+            name = f"{runs}/{spec.data}/{spec.setting}/lr{lr_folder(lr)}"
+    print("|".join([name, experiment, method, " ".join([f"optimizer.lr={lr_folder(lr)}", *extra])]))
 PYEOF
 ) || exit 2
 
 iterations=$("$PY" -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['iterations'])" "$plan")
 [ "${SMOKE:-0}" = 1 ] || export ITERATIONS=$iterations   # SMOKE=1: fmnist_figure.sh's seconds-long runs
 
-for seed in $seeds; do
-  [[ "$seed" =~ ^[0-9]+$ ]] || { echo "error: SEEDS: $seed is not a non-negative integer; nothing run" >&2; exit 2; }
-done
+check_seeds "$family" "$seeds"
 # shellcheck disable=SC2086  # the seeds are words
 "$PY" -m dadam3.report --results "$CODE/results" --plans docs/analysis_plan --here "$family" $seeds || {
   rc=$?; [ "$rc" != 3 ] || echo "error: $family: seeds $seeds: a run of the seeds above here would mix machine classes within a seed; nothing run" >&2

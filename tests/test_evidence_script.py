@@ -49,7 +49,16 @@ def project(tmp_path: Path) -> Path:
     plan = {**PLAN, "experiment": "fmnist_fig2"}
     (tmp_path / "docs" / "analysis_plan" / "t2.yaml").write_text(yaml.safe_dump(plan, allow_unicode=True))
     (tmp_path / "results").mkdir()
+    commit(tmp_path)
     return tmp_path
+
+
+def commit(repo: Path) -> None:
+    """``repo`` a git checkout with everything in it committed: the script runs only from a clean CODE."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "project"], check=True)
 
 
 def run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -165,3 +174,30 @@ def test_code_runs_the_cells_in_another_checkout_while_this_one_chooses_them(tmp
     assert r.returncode == 2 and r.stderr.splitlines() == [
         f"error: CODE={tmp_path / 'nowhere'}: not a checkout of dadam3 (no scripts/fmnist_figure.sh in it); "
         "nothing run"]
+
+
+def test_a_code_with_uncommitted_changes_or_no_git_is_refused_before_any_run(tmp_path):
+    """Every run of a family comes from one clean commit: a CODE whose tracked files changed, or that git
+    cannot place, is one line naming it, status 2, nothing run."""
+    p = project(tmp_path)
+    (p / "scripts" / "fmnist_figure.sh").write_text(STAND_IN + "# edited\n")
+    r = run(p)
+    assert r.returncode == 2 and not (p / "calls.log").exists(), r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith(f"error: CODE={p}: uncommitted changes to tracked files (") and "fmnist_figure.sh" in line
+    shutil.rmtree(p / ".git")
+    r = run(p)
+    assert r.returncode == 2 and not (p / "calls.log").exists(), r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith(f"error: CODE={p}: git cannot say which commit it is (") and line.endswith("nothing run")
+
+
+@pytest.mark.parametrize("seeds", ["x", "3 99", "-1"])
+def test_seeds_that_are_not_the_plans_are_refused_at_once_never_waited_for(seeds, tmp_path):
+    """`next "x"` polled for ever: a seed that is not an integer of the plan is one line, status 2."""
+    p = project(tmp_path)
+    r = run(p, seeds)
+    assert r.returncode == 2 and not (p / "calls.log").exists(), r.stderr
+    bad = next(s for s in seeds.split() if s not in ("3",))
+    assert r.stderr.splitlines() == [f"error: SEEDS: {bad} is not a seed of docs/analysis_plan/t2.yaml (allowed: "
+                                     "0 1 2 3 4 5 6 7); nothing run"]

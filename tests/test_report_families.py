@@ -211,7 +211,7 @@ def test_spearman_over_every_run_with_both_scorers(setup):
 def test_the_plans_in_the_checkout_load():
     loaded = {p.family: p for p in plan.load_all()}
     assert set(loaded) >= {"fig2", "fig3", "heterogeneous"}
-    assert loaded["fig3"].methods["dosg"][1] == 2e-4 and loaded["heterogeneous"].arms["a01_dosg_stab"][3] == 2.56e-2
+    assert loaded["fig3"].methods["dosg"].start == 2e-4 and loaded["heterogeneous"].arms["a01_dosg_stab"][3] == 2.56e-2
     assert PLAN["family"] not in loaded
 
 

@@ -125,15 +125,41 @@ def _load(root: Path, plan: Plan) -> tuple[dict, list[str]]:
             found = [load_run(root, p, method, s) for s, p in seed_dirs(d)] if d.is_dir() else []
             units[name] = {r.seed: r for r in found if planned(r)}
         return units, excluded
-    for lr_dir in sorted(folder.glob("lr*")) if folder.is_dir() else []:
-        for run in filter(planned, method_runs(root, lr_dir)):
-            grid = plan.methods.get(run.method, ((), None))[0]
-            if run.lr is None or not any(abs(run.lr - g) <= 1e-9 * g for g in grid):
-                excluded.append(f"`{run.rel}`: outside the plan's methods and grids")
-                continue
-            units.setdefault(unit_name(run.method, next(g for g in grid if abs(run.lr - g) <= 1e-9 * g)),
-                             {})[run.seed] = run
+    for where, names in method_folders(plan).items():
+        for lr_dir in sorted((folder / where).glob("lr*")) if (folder / where).is_dir() else []:
+            for run in filter(planned, method_runs(root, lr_dir)):
+                name = names.get(run.method)
+                grid = method_grid(plan, name) if name is not None else ()
+                if run.lr is None or not any(abs(run.lr - g) <= 1e-9 * g for g in grid):
+                    excluded.append(f"`{run.rel}`: outside the plan's methods and grids")
+                    continue
+                units.setdefault(unit_name(name, next(g for g in grid if abs(run.lr - g) <= 1e-9 * g)),
+                                 {})[run.seed] = run
     return units, excluded
+
+
+def method_folders(plan: Plan) -> dict[str, dict[str, str]]:
+    """The plan's method folders: ``<data>/<setting>`` (``.`` for the plan's own data and setting)
+    -> {optimizer (the folder below ``lr<LR>``): method name}."""
+    out: dict[str, dict[str, str]] = {}
+    for name, m in plan.methods.items():
+        where = f"{m.data}/{m.setting}" if m.data is not None else "."
+        out.setdefault(where, {})[m.optimizer] = name
+    return out
+
+
+def method_grid(plan: Plan, name: str) -> tuple[float, ...]:
+    """The step sizes a method's runs may have: its grid, or that of the method it inherits from."""
+    m = plan.methods[name]
+    return plan.methods[m.inherit].grid if m.inherit is not None else m.grid
+
+
+def fresh_of(plan: Plan, name: str) -> tuple[tuple[int, ...], int]:
+    """(the fresh seeds a plan's method or arm runs, how many a claim needs finished on both sides)."""
+    m = plan.methods.get(name)
+    if m is None or m.fresh is None:
+        return plan.fresh_seeds, plan.fresh_min
+    return plan.fresh_seeds[:m.fresh], m.fresh_min if m.fresh_min is not None else plan.fresh_min
 
 
 def _mean_final(cell: dict, seeds) -> float:
@@ -143,8 +169,8 @@ def _mean_final(cell: dict, seeds) -> float:
 def search(plan: Plan, method: str, units: dict) -> Selection:
     """The plan's search rule for ``method`` and its choice (lowest mean final FID over the
     selection seeds among tried cells where no selection seed diverged or failed)."""
-    grid, start = plan.methods[method]
-    seeds = plan.selection_seeds
+    grid, start = plan.methods[method].grid, plan.methods[method].start
+    seeds, ties = plan.selection_seeds, plan.ties
     i0 = grid.index(start)
     tried = set(range(max(0, i0 - 1), min(len(grid), i0 + 2)))
     while True:
@@ -163,7 +189,7 @@ def search(plan: Plan, method: str, units: dict) -> Selection:
         if not ok:
             sel.bracket = "no cell chosen: every tried cell has a diverged or failed selection seed"
             return sel
-        best = min(ok, key=lambda i: (_mean_final(cells[i], seeds), grid[i]))
+        best = min(ok, key=lambda i: (ties.value(_mean_final(cells[i], seeds)), grid[i]))
         lo, hi = min(tried), max(tried)
         if best == lo and lo > 0:
             tried.add(lo - 1)
@@ -181,15 +207,18 @@ def search(plan: Plan, method: str, units: dict) -> Selection:
         if j not in ok:
             sides.append(f"{side}: {lr_folder(grid[j])} diverged or failed on a selection seed")
             continue
-        gap = statistics.fmean(nb[s].final(PRIMARY) - ch[s].final(PRIMARY) for s in seeds)
+        gap = ties.value(statistics.fmean(nb[s].final(PRIMARY) - ch[s].final(PRIMARY) for s in seeds))
         if gap >= plan.bracket_margin:
             sides.append(f"{side}: {lr_folder(grid[j])} worse by {gap:+.1f}")
         else:
             sides.append(f"{side}: flat between {lr_folder(grid[best])} and {lr_folder(grid[j])} "
                          f"({gap:+.1f} < {plan.bracket_margin:g})")
-            sel.judged_at.append(grid[j])
+            if plan.flat == "both":
+                sel.judged_at.append(grid[j])
     if len(sel.judged_at) > 1:
         word = "flat: judged at " + " and ".join(map(lr_folder, sel.judged_at))
+    elif any("flat" in x for x in sides):
+        word = "flat: judged at the chosen cell only (the plan's flat rule)"
     else:
         word = "not bracketed: at the grid's edge" if any("edge" in x for x in sides) else "bracketed"
     sel.bracket = f"{word} ({'; '.join(sides)})"
@@ -210,11 +239,11 @@ def post_hoc(plan: Plan, runs: list[Run]) -> str:
     return "post hoc (" + "; ".join(parts) + ")"
 
 
-def _outcome(claim: Claim, plan: Plan, ra: dict, rb: dict, seeds, key: str) -> Outcome | None:
+def _outcome(claim: Claim, plan: Plan, ra: dict, rb: dict, seeds, key: str, needed: int) -> Outcome | None:
     va = {s: v for s in seeds if (v := measure(ra[s], claim.measure, key)) is not None}
     vb = {s: v for s in seeds if (v := measure(rb[s], claim.measure, key)) is not None}
     p = paired(va, vb)
-    if p is None or p.n < plan.fresh_min:
+    if p is None or p.n < needed:
         return None
     return Outcome(p, mt.words(claim.rel, p, plan.margin), mt.wins(claim.rel, p.diffs, plan.margin),
                    mt.p_value(claim.rel, p.diffs, plan.margin))
@@ -242,7 +271,9 @@ def bymachine_class(claim: Claim, plan: Plan, out: Outcome, classes: dict) -> st
 def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str, extra: list[Run]) -> Row:
     row = Row(claim, (ua, ub), "judged")
     ra, rb = units.get(ua, {}), units.get(ub, {})
-    fresh = [s for s in plan.fresh_seeds if s in ra and s in rb]
+    (seeds_a, min_a), (seeds_b, min_b) = fresh_of(plan, ua.split("@")[0]), fresh_of(plan, ub.split("@")[0])
+    fresh = [s for s in seeds_a if s in seeds_b and s in ra and s in rb]
+    needed = min(min_a, min_b)
     both = [s for s in fresh if ra[s].status == "finished" and rb[s].status == "finished"]
     row.left_out = [f"seed {s}: {unit_label(plan, u)} {r[s].status_text()}" for s in fresh if s not in both
                     for u, r in ((ua, ra), (ub, rb)) if r[s].status != "finished"]
@@ -254,13 +285,42 @@ def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str,
     if env:
         row.state = f"not judged (mixed environments: {env})"
         return row
-    row.primary = _outcome(claim, plan, ra, rb, both, PRIMARY)
+    row.primary = _outcome(claim, plan, ra, rb, both, PRIMARY, needed)
     if row.primary is None:
-        row.state = f"awaiting runs ({len(both)} of {plan.fresh_min} fresh seeds finished on both sides)"
+        row.state = f"awaiting runs ({len(both)} of {needed} fresh seeds finished on both sides)"
         return row
-    row.second = _outcome(claim, plan, ra, rb, both, SECOND)
+    row.second = _outcome(claim, plan, ra, rb, both, SECOND, needed)
     row.by_class = bymachine_class(claim, plan, row.primary, row.classes)
     return row
+
+
+def matched_cell(plan: Plan, name: str, units: dict, selections: dict[str, Selection]) -> float | None:
+    """The step size of ``plan.matched[name]`` (its rule ``lowest_mean_of_both``): among the grid cells
+    both searches tried, with every selection seed finished for both, the lowest mean of the two methods'
+    mean final FIDs (ties as the plan says: the smaller step size); None until both searches are done."""
+    a, b = plan.matched[name]
+    if selections[a].chosen is None or selections[b].chosen is None:
+        return None
+    seeds = plan.selection_seeds
+
+    def finished(method: str, lr: float) -> dict | None:
+        cell = units.get(unit_name(method, lr), {})
+        ok = all(s in cell and cell[s].status == "finished" and cell[s].final(PRIMARY) is not None for s in seeds)
+        return cell if ok else None
+    both = [lr for lr in selections[a].tried if lr in selections[b].tried
+            and finished(a, lr) is not None and finished(b, lr) is not None]
+    if not both:
+        return None
+    return min(both, key=lambda lr: (plan.ties.value((_mean_final(finished(a, lr), seeds)
+                                                      + _mean_final(finished(b, lr), seeds)) / 2.0), lr))
+
+
+def claim_cells(plan: Plan, claim: Claim, cells: dict, matched: dict) -> tuple[list[str], list[str]]:
+    """The units a claim is judged at: each side's chosen cells, or both at its matched step size."""
+    if claim.at is None:
+        return cells.get(claim.a, []), cells.get(claim.b, [])
+    lr = matched.get(claim.at)
+    return ([unit_name(claim.a, lr)], [unit_name(claim.b, lr)]) if lr is not None else ([], [])
 
 
 def build(root: Path, plan: Plan) -> Family:
@@ -268,7 +328,7 @@ def build(root: Path, plan: Plan) -> Family:
     units, excluded = _load(root, plan)
     queue: list[str] = []
     todo: dict[int, list[str]] = {}
-    selections = {m: search(plan, m, units) for m in plan.methods}
+    selections = {m: search(plan, m, units) for m, spec in plan.methods.items() if spec.grid}
     cells: dict[str, list[str]] = {}
     sel_runs: list[tuple[str, Run]] = []
     for m, sel in selections.items():
@@ -281,13 +341,18 @@ def build(root: Path, plan: Plan) -> Family:
         sel_runs += [(unit_name(m, lr), r) for lr in sel.tried for s, r in units.get(unit_name(m, lr), {}).items()
                      if s in plan.selection_seeds]
         cells[m] = [unit_name(m, lr) for lr in sel.judged_at]
+    for m, spec in plan.methods.items():
+        if spec.inherit is not None:
+            cells[m] = [unit_name(m, lr) for lr in selections[spec.inherit].judged_at]
     for arm in plan.arms:
         cells[arm] = [arm]
-    fresh_units = sorted({u for c in plan.claims for name in (c.a, c.b) for u in cells.get(name, [])})
+    matched = {name: matched_cell(plan, name, units, selections) for name in plan.matched}
+    fresh_units = sorted({u for c in plan.claims for side in claim_cells(plan, c, cells, matched) for u in side})
     for u in fresh_units:
         have = units.get(u, {})
-        absent = [s for s in plan.fresh_seeds if s not in have]
-        running = [s for s in plan.fresh_seeds if s in have and have[s].status not in DONE]
+        seeds, _ = fresh_of(plan, u.split("@")[0])
+        absent = [s for s in seeds if s not in have]
+        running = [s for s in seeds if s in have and have[s].status not in DONE]
         where = f"{u} ({arm_folder(plan, u)})" if u in plan.arms else u
         queue += [f"fresh: run {where} on {seeds_text(absent)}"] * bool(absent)
         queue += [f"fresh: wait for or resume {where} {seeds_text(running)} (unfinished)"] * bool(running)
@@ -297,7 +362,8 @@ def build(root: Path, plan: Plan) -> Family:
     env = environment(sel_runs + fresh_runs)
     rows = []
     for c in plan.claims:
-        pending = [n for n in (c.a, c.b) if not cells.get(n)]
+        at_a, at_b = claim_cells(plan, c, cells, matched)
+        pending = [n for n, at in ((c.a, at_a), (c.b, at_b)) if not at]
         if pending:
             waiting = f"awaiting runs (selection not finished for {' and '.join(LABEL.get(n, n) for n in pending)})"
             row = Row(c, (c.a, c.b), f"not judged (mixed environments: {env})" if env else waiting)
@@ -305,8 +371,9 @@ def build(root: Path, plan: Plan) -> Family:
             row.commits = commits_text([r for _, r in sel_runs])
             rows.append(row)
             continue
-        extra = [r for u, r in sel_runs if u.split("@")[0] in (c.a, c.b)]
-        rows += [judge_row(plan, c, ua, ub, units, env, extra) for ua in cells[c.a] for ub in cells[c.b]]
+        extra = [r for u, r in sel_runs if u.split("@")[0] in (c.a, c.b, *(plan.methods[n].inherit for n in (c.a, c.b)
+                                                                         if n in plan.methods))]
+        rows += [judge_row(plan, c, ua, ub, units, env, extra) for ua in at_a for ub in at_b]
     reject, adjusted = mt.holm([r.primary.p if r.primary else None for r in rows], plan.alpha)
     for row, rej, adj in zip(rows, reject, adjusted):
         row.holm_p = adj

@@ -5,7 +5,7 @@ makes its verdict post hoc. A plan the report cannot use is one line naming the 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -15,6 +15,8 @@ from dadam3.report import read
 PLAN_DIR = Path(__file__).resolve().parents[2] / "docs" / "analysis_plan"     # the checkout's plans
 RELATIONS = ("≫", "≈")
 MEASURE_NAMES = ("final", "speed")
+FLAT = ("both", "chosen")
+MATCH_RULES = ("lowest_mean_of_both",)
 ADVICE = "the plan is committed before its runs: restore it from git (an edit makes every verdict post hoc)"
 
 
@@ -24,12 +26,55 @@ class Claim:
     rel: str
     b: str
     measure: str
+    at: str | None = None              # a ``matched`` rule's name: both sides at its one step size
+    sd: float | None = None            # the planning SD of its paired differences (``power``'s otherwise)
+    effect: float | None = None        # the smallest effect it names ("≫"; ``power``'s otherwise)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A searched (or inherited) unit of a plan: ``optimizer`` on ``data`` shards in ``setting`` (the
+    plan's ``data`` and ``settings`` overrides; none: the plan's own), at the step size its search over
+    ``grid`` from ``start`` chooses, or at the one the search of method ``inherit`` chose; ``fresh``:
+    how many of the plan's fresh seeds it runs (None: all), ``fresh_min``: how many of them a claim
+    needs finished on both sides (None: the plan's)."""
+    grid: tuple[float, ...]
+    start: float | None
+    optimizer: str
+    data: str | None = None
+    setting: str | None = None
+    inherit: str | None = None
+    fresh: int | None = None
+    fresh_min: int | None = None
+
+
+@dataclass(frozen=True)
+class Ties:
+    """How the search decides ties (round 4's plans say so; round 3's compared the exact numbers):
+    means and gaps rounded to ``rounding`` FID before comparing, equal means -> the smaller step size,
+    a gap equal to the bracket margin counts as worse (bracketed)."""
+    rounding: float | None = None
+
+    def value(self, x: float) -> float:
+        return x if self.rounding is None else round(round(x / self.rounding) * self.rounding, 10)
+
+
+@dataclass(frozen=True)
+class Power:
+    """The power calculation a plan's n came from: the planning SD of the paired differences, the
+    smallest effect for "≫" claims (the equivalence margin for "≈"), the target power."""
+    sd: float
+    effect: float
+    target: float
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One claim family's plan. ``methods``: name -> (grid, start) (a step-size search); ``arms``:
-    name -> (data, setting, method, lr) (fixed step sizes, no search)."""
+    """One claim family's plan. ``methods``: name -> :class:`Method` (a step-size search, or a step
+    size inherited from one); ``arms``: name -> (data, setting, method, lr) (fixed step sizes, no
+    search). Round 4's plans add the search's ``ties`` and ``flat`` rules, ``matched`` step sizes
+    (name -> the methods judged at one common cell), the ``trains`` rule (untrained FID, fraction),
+    ``seen_seeds`` and the ``power`` calculation."""
     path: Path
     family: str
     title: str
@@ -46,6 +91,14 @@ class Plan:
     margin: float
     committed: datetime | None
     iterations: int | None = None      # every run's loop.iterations; a run configured otherwise is excluded
+    round: int = 3
+    ties: Ties = Ties()
+    flat: str = "both"                 # a flat neighbour: judged too ("both", round 3) or only named ("chosen")
+    matched: dict = field(default_factory=dict)       # name -> the methods judged at one common cell
+    trains: tuple[float, float] | None = None         # (untrained generator's FID, fraction)
+    seen_seeds: tuple[int, ...] | None = None
+    power: Power | None = None
+    experiment: str | None = None
 
     def folder(self, root: Path) -> Path:
         """The plan's run folder under the results folder ``root`` (``runs`` is relative to the
@@ -101,21 +154,90 @@ def _seeds(path: Path, node: dict, key: str, where: str = "") -> tuple[int, ...]
     return tuple(seeds)
 
 
+def _number(path: Path, node: dict, key: str, where: str = "", positive: bool = True) -> float:
+    value = float(_need(path, node, key, (int, float), where))
+    if positive and not value > 0:
+        raise DataFileError(path, f"{where}{key}={value!r}: a number > 0 belongs here", None, ADVICE)
+    return value
+
+
+def _method(path: Path, name: str, spec, doc: dict) -> Method:
+    """``methods.<name>``: {grid, start} (round 3), with optional optimizer, data, setting; or
+    {inherit, ...} (the step size another method's search chose); optional fresh, fresh_min."""
+    where = f"methods.{name}."
+    if not isinstance(spec, dict):
+        raise DataFileError(path, f"methods.{name}={spec!r}: a mapping (grid, start or inherit) belongs here", None,
+                            ADVICE)
+    data = spec.get("data")
+    setting = spec.get("setting")
+    for key, value, table in (("data", data, "data"), ("setting", setting, "settings")):
+        if value is not None and value not in (doc.get(table) or {}):
+            raise DataFileError(path, f"{where}{key}={value!r}: not a key of {table} "
+                                      f"(allowed: {', '.join(doc.get(table) or {}) or 'none'})", None, ADVICE)
+    counts = {}
+    for key in ("fresh", "fresh_min"):
+        if key in spec:
+            counts[key] = int(_need(path, spec, key, int, where))
+    optimizer = str(spec.get("optimizer", name))
+    if "inherit" in spec:
+        return Method((), None, optimizer, data, setting, str(spec["inherit"]), **counts)
+    grid = tuple(float(x) for x in _need(path, spec, "grid", list, where))
+    start = float(_need(path, spec, "start", (int, float), where))
+    if start not in grid or list(grid) != sorted(set(grid)):
+        raise DataFileError(path, f"methods.{name}: the grid must be increasing and hold start={start:g}",
+                            None, ADVICE)
+    return Method(grid, start, optimizer, data, setting, None, **counts)
+
+
+def _round4(path: Path, doc: dict, selection: dict, methods: dict, claims: list) -> dict:
+    """The keys round 4's plans add (``round: 4``): ties, flat, matched, trains, seen_seeds, power."""
+    out: dict = {"round": int(_need(path, doc, "round", int))}
+    if out["round"] < 4:
+        return out
+    ties = _need(path, selection, "ties", dict, "selection.")
+    if ties.get("equal_means") != "smaller_step" or ties.get("gap_at_margin") != "worse":
+        raise DataFileError(path, f"selection.ties={ties!r}: equal_means: smaller_step and gap_at_margin: worse are "
+                                  "the rules the report applies", None, ADVICE)
+    out["ties"] = Ties(_number(path, ties, "rounding", "selection.ties."))
+    flat = selection.get("flat")
+    if flat not in FLAT:
+        raise DataFileError(path, f"selection.flat={flat!r}: one of {', '.join(FLAT)}", None, ADVICE)
+    out["flat"] = flat
+    for name, spec in (doc.get("matched") or {}).items():
+        both = spec.get("methods") if isinstance(spec, dict) else None
+        if not (isinstance(both, list) and len(both) == 2 and all(m in methods and methods[m].grid for m in both)
+                and spec.get("rule") in MATCH_RULES):
+            raise DataFileError(path, f"matched.{name}={spec!r}: methods: two searched methods, rule one of "
+                                      f"{', '.join(MATCH_RULES)}", None, ADVICE)
+        out.setdefault("matched", {})[name] = tuple(both)
+    for c in claims:
+        if c.at is not None and (c.at not in out.get("matched", {}) or {c.a, c.b} != set(out["matched"][c.at])):
+            raise DataFileError(path, f"claim {c.a} {c.rel} {c.b} at {c.at}: at names a matched rule of both methods",
+                                None, ADVICE)
+    trains = _need(path, doc, "trains", dict)
+    out["trains"] = (_number(path, trains, "untrained_fid", "trains."), _number(path, trains, "fraction", "trains."))
+    out["seen_seeds"] = tuple(_need(path, doc, "seen_seeds", list))
+    power = _need(path, doc, "power", dict)
+    out["power"] = Power(_number(path, power, "sd", "power."), _number(path, power, "effect", "power."),
+                         _number(path, power, "target", "power."))
+    return out
+
+
 def load(path: Path) -> Plan:
     """The plan in ``path``, checked."""
     doc = read.yaml_file(path, {})
     if not isinstance(doc, dict):
         raise DataFileError(path, "holds a list where the plan's mapping belongs", None, ADVICE)
     test = _need(path, doc, "test", dict)
-    methods, arms = {}, {}
+    methods, arms, selection = {}, {}, {}
     if "methods" in doc:
         for name, spec in _need(path, doc, "methods", dict).items():
-            grid = tuple(float(x) for x in _need(path, spec, "grid", list, f"methods.{name}."))
-            start = float(_need(path, spec, "start", (int, float), f"methods.{name}."))
-            if start not in grid or list(grid) != sorted(set(grid)):
-                raise DataFileError(path, f"methods.{name}: the grid must be increasing and hold start={start:g}",
-                                    None, ADVICE)
-            methods[name] = (grid, start)
+            methods[name] = _method(path, name, spec, doc)
+        for name, m in methods.items():
+            searched = [k for k, v in methods.items() if v.grid]
+            if m.inherit is not None and m.inherit not in searched:
+                raise DataFileError(path, f"methods.{name}.inherit={m.inherit!r}: a searched method of this plan "
+                                          f"belongs here (allowed: {', '.join(searched)})", None, ADVICE)
         selection = _need(path, doc, "selection", dict)
         sel_seeds = _seeds(path, selection, "seeds", "selection.")
         margin = float(_need(path, selection, "bracket_margin", (int, float), "selection."))
@@ -133,16 +255,19 @@ def load(path: Path) -> Plan:
         if not ok or c.get("a") not in names or c.get("b") not in names:
             raise DataFileError(path, f"claims[{i}]={c!r}: a, b of {sorted(names)}, rel one of {RELATIONS}, "
                                       f"measure one of {MEASURE_NAMES}", None, ADVICE)
-        claims.append(Claim(c["a"], c["rel"], c["b"], c["measure"]))
+        extra = {k: _number(path, c, k, f"claims[{i}].") for k in ("sd", "effect") if k in c}
+        claims.append(Claim(c["a"], c["rel"], c["b"], c["measure"], c.get("at"), **extra))
     if test.get("correction") != "holm":
         raise DataFileError(path, f"test.correction={test.get('correction')!r}: holm is what the report applies",
                             None, ADVICE)
+    later = _round4(path, doc, selection, methods, claims) if "round" in doc else {}
     return Plan(path, str(_need(path, doc, "family", str)), str(doc.get("title", doc["family"])),
                 str(doc.get("paper", "")), _need(path, doc, "runs", str), methods, arms, sel_seeds, margin,
                 _seeds(path, doc, "fresh_seeds"), int(_need(path, doc, "fresh_min", int)), tuple(claims),
                 float(_need(path, test, "alpha", float, "test.")),
                 float(_need(path, test, "equivalence_margin", (int, float), "test.")), committed_at(path),
-                _need(path, doc, "iterations", int) if "iterations" in doc else None)
+                _need(path, doc, "iterations", int) if "iterations" in doc else None,
+                experiment=str(doc["experiment"]) if "experiment" in doc else None, **later)
 
 
 def load_all(directory: Path = PLAN_DIR) -> list[Plan]:

@@ -1,0 +1,132 @@
+"""Round 4's plans (docs/analysis_plan/fig2_r4.yaml, fig3_stable.yaml, shared_scale.yaml): the search's
+tie and flat rules, a matched step size, methods on data of their own and inherited step sizes with
+fewer fresh seeds, as the queue (`--next`) and the judged rows see them. Crafted runs in tmp dirs."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from dadam3.report import families, plan
+from dadam3.report.runs import one_snapshot
+from report_plan_runs import PLAN, make_run, write_plan
+
+ROUND4 = {
+    **copy.deepcopy(PLAN), "round": 4,
+    "methods": {"adam3": {"grid": [2.0e-4, 4.0e-4, 8.0e-4, 1.6e-3, 3.2e-3], "start": 8.0e-4},
+                "oadagrad": {"grid": [2.0e-4, 4.0e-4, 8.0e-4, 1.6e-3, 3.2e-3], "start": 8.0e-4}},
+    "selection": {"seeds": [0, 1, 2], "measure": "final", "bracket_margin": 5.0,
+                  "ties": {"rounding": 0.1, "equal_means": "smaller_step", "gap_at_margin": "worse"},
+                  "flat": "chosen"},
+    "matched": {"both": {"methods": ["adam3", "oadagrad"], "rule": "lowest_mean_of_both"}},
+    "trains": {"untrained_fid": 400.0, "fraction": 0.5},
+    "seen_seeds": [90],
+    "power": {"sd": 8.0, "effect": 10.0, "target": 0.8},
+    "claims": [{"a": "adam3", "rel": "≫", "b": "oadagrad", "measure": "final"},
+               {"a": "adam3", "rel": "≈", "b": "oadagrad", "measure": "final", "at": "both"}],
+}
+
+SHARED = {
+    **copy.deepcopy(ROUND4), "family": "s", "runs": "results/fmnist/round3/s",
+    "data": {"iid": ["dataset.partition=iid"], "a01": ["dataset.partition=dirichlet", "dataset.alpha=0.1"]},
+    "settings": {"stab": ["loop.lr_warmup=50"]},
+    "methods": {"a_d": {"optimizer": "dadam3", "data": "a01", "setting": "stab",
+                        "grid": [4.0e-4, 8.0e-4, 1.6e-3], "start": 8.0e-4},
+                "i_d": {"optimizer": "dadam3", "data": "iid", "setting": "stab", "inherit": "a_d", "fresh": 2,
+                        "fresh_min": 2},
+                "i_c": {"optimizer": "cadam3", "data": "iid", "setting": "stab", "inherit": "a_d", "fresh": 2,
+                        "fresh_min": 2}},
+    "claims": [{"a": "i_d", "rel": "≈", "b": "i_c", "measure": "final", "sd": 4.0}],
+}
+SHARED.pop("matched")
+
+
+def family(tmp_path, doc):
+    path = tmp_path / "plans" / f"{doc['family']}.yaml"
+    if not path.exists():
+        write_plan(tmp_path / "plans", doc)
+    with one_snapshot():
+        return families.build(tmp_path / "results", plan.load(path))
+
+
+def search(results, fids, family="t2"):
+    """Selection seeds 0-2: (method, lr) -> mean final FID (the seeds at fid - 1, fid, fid + 1)."""
+    for (method, lr), fid in fids.items():
+        for s in (0, 1, 2):
+            make_run(results, method, lr, s, fid + s - 1, family=family)
+
+
+def test_a_round4_plan_loads_its_rules():
+    p = {x.family: x for x in plan.load_all()}
+    assert {"fig2_r4", "fig3_stable", "shared_scale"} <= set(p)
+    assert p["fig3_stable"].matched == {"dadam3_cadam3": ("dadam3", "cadam3")}
+    assert p["fig3_stable"].flat == "chosen" and p["fig3_stable"].ties.rounding == 0.1
+    assert p["shared_scale"].methods["iid_dadam3"].inherit == "a01_dadam3"
+    assert p["fig3"].round == 3 and p["fig3"].flat == "both"
+
+
+def test_a_gap_that_prints_as_the_margin_brackets_and_a_flat_neighbour_is_only_named(tmp_path):
+    """Round 3's COSG gap of 4.996 against a margin of 5 decided on the unprinted digits; here it prints
+    as 5.0 and counts as worse. A neighbour 3 FID away is flat: named, the claims judged at the choice."""
+    results = tmp_path / "results"
+    search(results, {("adam3", 4e-4): 104.996, ("adam3", 8e-4): 100.0, ("adam3", 1.6e-3): 103.0,
+                     ("oadagrad", 4e-4): 150.0, ("oadagrad", 8e-4): 120.0, ("oadagrad", 1.6e-3): 140.0})
+    fam = family(tmp_path, ROUND4)
+    sel = fam.selections["adam3"]
+    assert sel.chosen == 8e-4 and sel.judged_at == [8e-4]
+    assert "below: 4e-4 worse by +5.0" in sel.bracket and "above: flat between 8e-4 and 1.6e-3" in sel.bracket
+    assert sel.bracket.startswith("flat: judged at the chosen cell only")
+
+
+def test_equal_means_as_printed_choose_the_smaller_step(tmp_path):
+    results = tmp_path / "results"
+    search(results, {("adam3", 4e-4): 100.04, ("adam3", 8e-4): 100.0, ("adam3", 1.6e-3): 120.0,
+                     ("adam3", 2e-4): 130.0,
+                     ("oadagrad", 4e-4): 150.0, ("oadagrad", 8e-4): 120.0, ("oadagrad", 1.6e-3): 140.0})
+    assert family(tmp_path, ROUND4).selections["adam3"].chosen == 4e-4
+
+
+def test_the_matched_cell_is_the_best_mean_of_both_and_its_fresh_runs_are_queued(tmp_path):
+    """adam3 chooses 8e-4 and oadagrad 1.6e-3; the matched cell (lowest mean of both, among cells both
+    tried) is 8e-4 (adam3 100, oadagrad 125: 112.5) over 1.6e-3 (115, 118: 116.5): both methods' fresh
+    seeds run at 8e-4, oadagrad's at 1.6e-3 too."""
+    results = tmp_path / "results"
+    search(results, {("adam3", 4e-4): 110.0, ("adam3", 8e-4): 100.0, ("adam3", 1.6e-3): 115.0,
+                     ("oadagrad", 4e-4): 150.0, ("oadagrad", 8e-4): 125.0, ("oadagrad", 1.6e-3): 118.0,
+                     ("oadagrad", 3.2e-3): 130.0})
+    fam = family(tmp_path, ROUND4)
+    assert fam.selections["oadagrad"].chosen == 1.6e-3
+    assert fam.todo[3] == ["adam3@8e-4", "oadagrad@1.6e-3", "oadagrad@8e-4"]
+    assert [r.units for r in fam.rows] == [("adam3@8e-4", "oadagrad@1.6e-3"), ("adam3@8e-4", "oadagrad@8e-4")]
+
+
+def test_an_inherited_method_runs_its_few_fresh_seeds_at_its_parents_choice_in_its_own_folder(tmp_path):
+    results = tmp_path / "results"
+    for lr, fid in ((4e-4, 120.0), (8e-4, 100.0), (1.6e-3, 130.0)):
+        for s in (0, 1, 2):
+            make_run(results, "dadam3", lr, s, fid + s, family="s", arm="a01/stab")
+    fam = family(tmp_path, SHARED)
+    assert fam.selections["a_d"].chosen == 8e-4 and set(fam.selections) == {"a_d"}
+    assert fam.todo == {3: ["i_c@8e-4", "i_d@8e-4"], 4: ["i_c@8e-4", "i_d@8e-4"]}
+    for s, (d, c) in ((3, (90.0, 91.0)), (4, (95.0, 94.0))):
+        make_run(results, "dadam3", 8e-4, s, d, family="s", arm="iid/stab")
+        make_run(results, "cadam3", 8e-4, s, c, family="s", arm="iid/stab")
+    fam = family(tmp_path, SHARED)
+    [row] = fam.rows
+    assert fam.todo == {} and row.state == "judged" and row.primary.paired.n == 2
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("flat", "maybe", "selection.flat='maybe': one of both, chosen"),
+    ("matched", {"x": {"methods": ["adam3"], "rule": "lowest_mean_of_both"}}, "matched.x="),
+    ("trains", {"untrained_fid": 0, "fraction": 0.5}, "trains.untrained_fid=0.0: a number > 0 belongs here"),
+])
+def test_a_round4_plan_with_a_bad_rule_is_one_line_naming_the_key(tmp_path, key, value, said):
+    doc = copy.deepcopy(ROUND4)
+    if key == "flat":
+        doc["selection"]["flat"] = value
+    else:
+        doc[key] = value
+    with pytest.raises(Exception) as e:
+        plan.load(write_plan(tmp_path / "plans", doc))
+    assert said in str(e.value) and "\n" not in str(e.value)
