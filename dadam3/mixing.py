@@ -15,7 +15,9 @@ Two mixers share this interface:
   and every gossip round sends rows point to point to the ranks holding neighbours.
 
 Both count the bytes each node sends, identically: per gossip round, node i sends its
-whole buffer to every out-neighbour j != i with W[j, i] > 0.
+whole buffer to every out-neighbour j != i with W[j, i] > 0. ``Mixer.average`` (the exact node
+average 11^T/M, an all-reduce) is charged as a ring all-reduce: 2 (M - 1) / M of a node's buffer
+per node, what a user running it for real pays (a reduce-scatter and an all-gather).
 
 Gossip is elementwise by default (``kernel="ordered"``: products and sums, each rounded once,
 in ascending node index: :mod:`dadam3.ordered_mix`), so it runs in IEEE float32 on CUDA
@@ -48,7 +50,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from dadam3.ordered_mix import RoundTerms
-from dadam3.topology import Topology
+from dadam3.topology import Topology, build_topology
 
 
 class Mixer:
@@ -73,6 +75,7 @@ class Mixer:
         self.local_nodes = topology.nodes
         self.bytes_sent = np.zeros(self.nodes, dtype=np.float64)
         self._out_degree: dict[int, np.ndarray] = {}
+        self._average: Mixer | None = None
 
     def _round_phases(self, k: int) -> list[int]:
         """Schedule index of each gossip round of iteration k (0 for a static W)."""
@@ -94,6 +97,27 @@ class Mixer:
     def mix(self, tensors: Sequence[torch.Tensor], k: int = 1,
             out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def average(self, tensors: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None
+                ) -> list[torch.Tensor]:
+        """The exact node average ``X <- 11^T/M X`` of each tensor (every node gets the mean of all
+        M rows, summed in ascending node index as every mix is, so a rank computes the simulator's
+        numbers), charged as a ring all-reduce: 2 (M - 1) / M of one node's rows per node."""
+        if self._average is None:
+            self._average = self.like(complete_graph(self.nodes))
+        result = self._average.mix(tensors, 1, out=out)
+        self.bytes_sent += 2.0 * (self.nodes - 1) / self.nodes * sum(t[0].numel() * t.element_size()
+                                                                       for t in tensors)
+        return result
+
+    def like(self, topology: Topology) -> "Mixer":
+        """A mixer of the same kind (and process group) over ``topology``: the one :meth:`average` uses."""
+        raise NotImplementedError
+
+
+def complete_graph(nodes: int) -> Topology:
+    """The complete graph's W = 11^T/M on ``nodes`` nodes (one round)."""
+    return build_topology("complete", nodes, 1)
 
 
 KERNELS = ("ordered", "matmul", "stencil", "auto")
@@ -122,6 +146,9 @@ class LocalMixer(Mixer):
 
     def _phase(self, k: int) -> int:
         return self.topology.phase(k)
+
+    def like(self, topology: Topology) -> "LocalMixer":
+        return LocalMixer(topology, self.kernel)
 
     def stencil(self, k: int, device, dtype) -> tuple[tuple[int, ...], torch.Tensor]:
         """(shifts, coefficients ``[S, M, 1]``) of the iteration-k operator W_k^t (cached per phase)."""

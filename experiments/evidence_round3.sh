@@ -101,7 +101,8 @@ import sys
 from pathlib import Path
 
 from dadam3.report import read
-from dadam3.report.families import lr_folder, method_grid
+from dadam3.report.families import method_grid
+from dadam3.report.search import lr_folder
 from dadam3.report.plan import load
 
 try:

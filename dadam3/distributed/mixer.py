@@ -104,6 +104,18 @@ class DistributedMixer(Mixer):
         self._round_terms: dict[int, RoundTerms] = {}
         self._indices: dict[tuple, torch.Tensor] = {}
 
+    def like(self, topology: Topology) -> "DistributedMixer":
+        return DistributedMixer(topology, self.group, self.timeout_s)
+
+    def average(self, tensors: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None
+                ) -> list[torch.Tensor]:
+        """:meth:`Mixer.average` by an exchange over the complete graph (its rows reach every rank, then
+        the ordered sum of every row); ``wire_bytes`` adds what that exchange really sent."""
+        sent = self._average.wire_bytes if self._average is not None else 0
+        result = super().average(tensors, out)
+        self.wire_bytes += self._average.wire_bytes - sent
+        return result
+
     # -- plan of one round ---------------------------------------------------------------
     def _plan(self, phase: int) -> _RoundPlan:
         if phase in self._plans:

@@ -73,7 +73,7 @@ def _chain(cls, rounds):
     (:func:`make_round`), then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = make_round(element_pass(cls, rnd), rnd.into, rnd.offset, then)
+        then = make_round(element_pass(cls, rnd), rnd.into, rnd.offset, then, rnd.average)
     return then
 
 
@@ -130,9 +130,18 @@ def make_game_loop(start, step, scalars):
     return game_loop
 
 
-def make_round(element_pass, into: int, offset: int, then):
+def make_round(element_pass, into: int, offset: int, then, average: bool = False):
     """One round of step k, compiled to be inlined: its phase over the node buffers
-    (``element_pass``), ``points[into] <- W_{k+offset}^t work``, then ``then`` (the next round)."""
+    (``element_pass``), ``points[into] <- W_{k+offset}^t work`` (``average``: the exact node
+    average), then ``then`` (the next round)."""
+
+    if average:
+        @njit(inline="always")
+        def game_round(k, ops, t, a, g, points, state, work):
+            element_pass(g, t, a, points[0], points[1:], state, work)
+            _average(work, points[into])
+            then(k, ops, t, a, g, points, state, work)
+        return game_round
 
     @njit(inline="always")
     def game_round(k, ops, t, a, g, points, state, work):
@@ -169,6 +178,20 @@ def _mix(ops, phase, src, dst):
             for c in range(count[i]):
                 j = cols[i, c]
                 s += W[i, j] * src[2 * j + q]
+            dst[2 * i + q] = s
+
+
+@njit(inline="always")
+def _average(src, dst):
+    """dst <- 11^T/M src, node by node: each coordinate's sum over the nodes in ascending node index,
+    times 1/M, as the torch mixers' ordered sum with W = 11^T/M computes it."""
+    M = src.shape[0] // 2
+    w = 1.0 / M
+    for q in range(2):
+        s = 0.0
+        for j in range(M):
+            s += w * src[2 * j + q]
+        for i in range(M):
             dst[2 * i + q] = s
 
 

@@ -47,6 +47,7 @@ class SyntheticResult:
     final_point: np.ndarray        # [M, 2] gradient point after the last step (params)
     seconds: float
     first_hit: int | None = None   # the first iteration k with e_k <= TARGET_ERROR (None: none so far)
+    final_scale: np.ndarray | None = None   # [M, 2] each node's adaptive scale at the end (the class's step_scale)
 
     def rows(self):
         return zip(self.iteration.tolist(), self.error.tolist(), self.avg_grad_sq_norm.tolist())
@@ -111,15 +112,26 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
                                                                           "eager" if engine == "eager" else "auto")
     t0 = time.perf_counter()
     stop = stop or (lambda: False)
-    err, r, final, done, hit = run(game, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its, stop)
+    err, r, final, done, hit, scale = run(game, hp, mixer, nodes, iterations, np.random.default_rng(seed), log_its,
+                                          stop)
     if done < iterations:
         logged = log_its < done + 1
-        so_far = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0, hit)
+        so_far = SyntheticResult(log_its[logged], err[logged], r[logged], final, time.perf_counter() - t0, hit, scale)
         if stop() and np.isfinite(final).all():
             raise SyntheticInterrupted(f"after iteration {done} of {iterations}", done, so_far)
         raise SyntheticDiverged(f"the iterates are not finite after iteration {done} "
                                 f"(optimizer={optimizer}, lr={hp['lr']:g})", done, so_far)
-    return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0, hit)
+    return SyntheticResult(log_its, err, r, final, time.perf_counter() - t0, hit, scale)
+
+
+def node_scale(cls: type, hp: Mapping[str, float], own: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
+               nodes: int) -> np.ndarray | None:
+    """Each node's adaptive scale ``[M, 2]`` (theta, alpha) from the flat buffers, by the optimizer
+    class's ``step_scale`` (None for a class without one)."""
+    if not hasattr(cls, "step_scale"):
+        return None
+    h = cls.Hyper(**{name: float(hp[name]) for name in cls.HPARAMS})
+    return np.asarray(cls.step_scale(h, own, state), dtype=np.float64).reshape(nodes, 2).copy()
 
 
 def _mixing_operators(mixer: LocalMixer | None, nodes: int) -> np.ndarray:
@@ -161,7 +173,8 @@ def _run_kernel(kernel: Kernel, game, hp, mixer, nodes, iterations, rng, log_its
         k0 += done
         if done < n or stop():
             break
-    return err, r, points[0].reshape(nodes, 2).copy(), k0, int(hit[1]) or None
+    scale = node_scale(cls, hp, dict(zip(cls.OWN, points[1:])), dict(zip(cls.STATE, state)), nodes)
+    return err, r, points[0].reshape(nodes, 2).copy(), k0, int(hit[1]) or None, scale
 
 
 def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_its, stop):
@@ -172,11 +185,17 @@ def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_i
     zstar = game.fne()
     err, r = np.full(len(log_its), np.nan), np.full(len(log_its), np.nan)
     acc, li, k, hit = 0.0, 0, 0, None
+
+    def end():
+        """(err, r, the final point, k, hit, each node's scale): what the run returns."""
+        buffers = {name: torch.cat([f.state[name] for f in opt.flat], dim=1).numpy() for name in opt.flat[0].state}
+        scale = node_scale(type(opt), hp, {n: buffers[n] for n in opt.OWN}, {n: buffers[n] for n in opt.STATE}, nodes)
+        return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit, scale
     while k < iterations:
         is_c = torch.from_numpy(game.draw(rng, min(CHUNK, iterations - k), nodes))
         for row in is_c:
             if stop():
-                return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit
+                return end()
             k += 1
             zbar = torch.cat([theta, alpha], dim=1).detach().mean(dim=0).numpy()
             acc += float(np.sum(game.mean_operator(zbar) ** 2))
@@ -189,8 +208,8 @@ def _run_torch(optimizer, engine, game, hp, mixer, nodes, iterations, rng, log_i
                 li += 1
             opt.step(partial(_set_gradients, game, theta, alpha, row))    # once, or twice (extra-gradient)
             if not (torch.isfinite(theta).all() and torch.isfinite(alpha).all()):
-                return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit
-    return err, r, torch.cat([theta, alpha], dim=1).detach().numpy().copy(), k, hit
+                return end()
+    return end()
 
 
 def _set_gradients(game, theta, alpha, row) -> None:

@@ -1,19 +1,23 @@
 """The algorithms, on M node copies stacked along a leading axis, and their registry.
 
-=========  =======================  =====================================================
-name       class                    what it is
-=========  =======================  =====================================================
-adam3      Dadam3, no mixing        Algorithm 1 (one node; needs nodes=1)
-dadam3     Dadam3                   Algorithm 2, mixing with the configured topology
-cadam3     Dadam3, complete graph   the centralized variant (W = 11^T/M)
-dosg       DOSG                     decentralized optimistic SGD (Liu et al. 2020)
-cosg       DOSG, complete graph     its centralized variant
-oadagrad   OAdagrad                 optimistic AdaGrad (Liu et al. 2020)
-dadam      DAdam                    simultaneous Adam + gossip (plain baseline)
-dp_oadam   DPOAdam                  optimistic Adam + gossip (Daskalakis et al. 2018)
-dsgd       DSGD                     simultaneous SGD + gossip (plain baseline)
-extra_adam ExtraAdam                extra-gradient Adam + gossip (Gidel et al. 2019)
-=========  =======================  =====================================================
+===================  ===========================  ===============================================
+name                 class                        what it is
+===================  ===========================  ===============================================
+adam3                Dadam3, no mixing            Algorithm 1 (one node; needs nodes=1)
+dadam3               Dadam3                       Algorithm 2, mixing with the configured topology
+cadam3               Dadam3, complete graph       the centralized variant (W = 11^T/M)
+dosg                 DOSG                         decentralized optimistic SGD (Liu et al. 2020)
+cosg                 DOSG, complete graph         its centralized variant
+oadagrad             OAdagrad                     optimistic AdaGrad (Liu et al. 2020)
+dadam                DAdam                        simultaneous Adam + gossip (plain baseline)
+dp_oadam             DPOAdam                      optimistic Adam + gossip (Daskalakis et al. 2018)
+dsgd                 DSGD                         simultaneous SGD + gossip (plain baseline)
+extra_adam           ExtraAdam                    extra-gradient Adam + gossip (Gidel et al. 2019)
+dadam3_shared        Dadam3Shared                 Algorithm 2, one scale for every node, tracked
+                                                  by gossip (Chen et al. 2023; beyond the paper)
+cadam3_shared        Dadam3Shared, complete       its centralized variant
+dadam3_shared_exact  Dadam3SharedExact            its ideal reference: the scales averaged exactly
+===================  ===========================  ===============================================
 
 Adding an optimizer is one file in this package: a class on one of the skeletons of
 :mod:`dadam3.optim.skeletons` (its ``HPARAMS``, ``STATE``, ``SCALARS``, ``scalars`` and ``direction``;

@@ -20,9 +20,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from dadam3.optim.hparams import EPS, LR, HParam
-from dadam3.optim.elementwise import maximum, sqrt
+from dadam3.optim.elementwise import helper, maximum, sqrt
 from dadam3.optim.registry import optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
+
+# defaults: Table 6 (eta = 5e-5, beta1 = 0.5, beta2 = 0.999, beta3 = 0.5)
+DADAM3_HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0),
+                  "beta3": HParam(0.5, 0.0, 1.0),
+                  "eps": EPS, "beta1_decay": HParam(1.0, 0.0, 1.0, low_open=True, high_open=False),
+                  "lambda0": HParam(0.0)}
+# the synthetic game (Section 5.1): beta1 = 0, beta2 = 1/(1+c^2), beta3 = 0.1 (its lr: configs/synthetic.yaml)
+DADAM3_SYNTHETIC = {"beta1": 0.0, "beta2": "${inv_one_plus_sq:${game.c}}", "beta3": 0.1}
 
 
 class Dadam3Scalars(NamedTuple):
@@ -30,6 +38,21 @@ class Dadam3Scalars(NamedTuple):
     one_minus_beta2: float
     one_minus_beta3: float
     eps: float
+
+
+@helper
+def dadam3_scalars(h, k: int) -> Dadam3Scalars:
+    beta1_k = h.beta1 * h.beta1_decay ** (k - 1)
+    return Dadam3Scalars(1.0 - beta1_k, 1.0 - h.beta2, 1.0 - h.beta3, h.eps)
+
+
+@helper
+def dadam3_moments(g, a, m, v, lam):
+    """Algorithm 2's moments and scale at G_k = ``g`` (``a``: :class:`Dadam3Scalars`): (M_k, V_k, Lambda_k)."""
+    m = m + a.one_minus_beta1k * (g - m)                       # M_k = b1k M + (1 - b1k) G_k
+    v = v + a.one_minus_beta2 * (g * g - v)                    # V_k = b2 V + (1 - b2) G_k^2
+    lam = lam + a.one_minus_beta3 * (maximum(lam, v) - lam)    # Lambda_k = b3 Lambda + (1 - b3) max(Lambda, V_k)
+    return m, v, lam
 
 
 @optimizer("cadam3", topology="complete")      # W = 11^T/M
@@ -44,25 +67,19 @@ class Dadam3(OptimisticGossip):
     lambda0 (initial Lambda_0).
     """
 
-    # defaults: Table 6 (eta = 5e-5, beta1 = 0.5, beta2 = 0.999, beta3 = 0.5)
-    HPARAMS = {"lr": LR, "beta1": HParam(0.5, 0.0, 1.0), "beta2": HParam(0.999, 0.0, 1.0),
-               "beta3": HParam(0.5, 0.0, 1.0),
-               "eps": EPS, "beta1_decay": HParam(1.0, 0.0, 1.0, low_open=True, high_open=False),
-               "lambda0": HParam(0.0)}
-
+    HPARAMS = DADAM3_HPARAMS
     STATE = {"m": 0.0, "v": 0.0, "lam": "lambda0"}
-    # the synthetic game (Section 5.1): beta1 = 0, beta2 = 1/(1+c^2), beta3 = 0.1 (its lr: configs/synthetic.yaml)
-    SYNTHETIC = {"beta1": 0.0, "beta2": "${inv_one_plus_sq:${game.c}}", "beta3": 0.1}
+    SYNTHETIC = DADAM3_SYNTHETIC
     SCALARS = Dadam3Scalars
-
-    @staticmethod
-    def scalars(h, k):
-        beta1_k = h.beta1 * h.beta1_decay ** (k - 1)
-        return Dadam3Scalars(1.0 - beta1_k, 1.0 - h.beta2, 1.0 - h.beta3, h.eps)
+    scalars = staticmethod(dadam3_scalars)
 
     @staticmethod
     def direction(g, a, m, v, lam):
-        m = m + a.one_minus_beta1k * (g - m)                       # M_k = b1k M + (1 - b1k) G_k
-        v = v + a.one_minus_beta2 * (g * g - v)                    # V_k = b2 V + (1 - b2) G_k^2
-        lam = lam + a.one_minus_beta3 * (maximum(lam, v) - lam)    # Lambda_k = b3 Lambda + (1 - b3) max(Lambda, V_k)
-        return m / (sqrt(lam) + a.eps), m, v, lam                  # D_k
+        m, v, lam = dadam3_moments(g, a, m, v, lam)
+        return m / (sqrt(lam) + a.eps), m, v, lam                  # D_k = M_k / (sqrt(Lambda_k) + eps)
+
+    @staticmethod
+    def step_scale(h, own, state):
+        """The scale each node divides its step by, Lambda_k (per node): what the shared-scale
+        study compares across nodes (:mod:`dadam3.optim.adam3_shared`)."""
+        return state["lam"]

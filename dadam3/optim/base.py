@@ -262,7 +262,7 @@ def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k
     """THE step (k >= 1) or start (k = 0) of ``optimizers`` (one class, one mixer, one k): each
     round's phase in every group of every optimizer (after ``gradients()`` for a round with a
     ``fresh_gradient``), then one gossip round for all of them, ``into <- W_{k + offset}^t work``
-    (a plain copy without a mixer or for a local round)."""
+    (the exact node average for an ``average`` round; a plain copy without a mixer or for a local round)."""
     groups = [(opt, flat) for opt in optimizers for flat in opt.flat]
     for opt, flat in groups:
         if not opt.scalars_written_by_caller:                    # a replayed CUDA graph's caller wrote them
@@ -281,6 +281,8 @@ def run_rounds(optimizers: Sequence[NodeOptimizer], rounds: tuple[Round, ...], k
         if mixer is None or not rnd.gossip:
             for into, work in zip(intos, works):
                 into.copy_(work)
+        elif rnd.average:
+            mixer.average(works, out=intos)
         else:
             mixer.mix(works, k + rnd.offset, out=intos)
 

@@ -1,5 +1,5 @@
-"""A plan's claim family from its runs (:mod:`dadam3.report.plan`): the step-size search and its
-choice (bracketed, or flat between two cells and then judged at both), the runs still to make,
+"""A plan's claim family from its runs (:mod:`dadam3.report.plan`): the step-size search's choices
+(:mod:`dadam3.report.search`) and the cells each claim is judged at, the runs still to make,
 the environment rules (:mod:`dadam3.report.environments`), the post hoc label, and
 each claim judged under both scorers with Holm over the family (:mod:`dadam3.report.multiplicity`).
 
@@ -18,17 +18,9 @@ from dadam3.report import multiplicity as mt
 from dadam3.report.environments import commits_text, environment, machine_class
 from dadam3.report.evidence import curve_mean
 from dadam3.report.plan import Claim, Plan, parse_time
+from dadam3.report.search import DONE, PRIMARY, SECOND, Selection, lr_folder, matched_cell, search, unit_name
 from dadam3.report.runs import LABEL, Run, method_runs, seed_dirs, load_run
 from dadam3.report.stats import Paired, paired
-
-PRIMARY, SECOND = "fid_mean", "fid_mean_fmnist_mlp"
-DONE = ("finished", "diverged", "failed")
-
-
-def lr_folder(lr: float) -> str:
-    """A step size spelled as its folder: 8e-4, 1.6e-3, 2.56e-2."""
-    mantissa, exponent = f"{lr:.6e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def seeds_text(seeds) -> str:
@@ -42,17 +34,6 @@ def seeds_text(seeds) -> str:
 def measure(run: Run, name: str, key: str) -> float | None:
     """The claim's measure of ``run``: final ``key``, or its mean over the run (``speed``)."""
     return run.final(key) if name == "final" else curve_mean(run, key)
-
-
-@dataclass
-class Selection:
-    """A method's search: the cells it tried, what is missing, the choice and its bracket."""
-    method: str
-    tried: list[float]
-    missing: list[tuple[float, list[int], list[int]]] = field(default_factory=list)   # lr, to run, unfinished
-    chosen: float | None = None
-    judged_at: list[float] = field(default_factory=list)
-    bracket: str = ""
 
 
 @dataclass
@@ -91,10 +72,6 @@ class Family:
     rows: list[Row]
     excluded: list[str]
     todo: dict[int, list[str]] = field(default_factory=dict)     # seed -> units to run or resume, plan order
-
-
-def unit_name(method: str, lr: float) -> str:
-    return f"{method}@{lr_folder(lr)}"
 
 
 def unit_label(plan: Plan, unit: str) -> str:
@@ -160,69 +137,6 @@ def fresh_of(plan: Plan, name: str) -> tuple[tuple[int, ...], int]:
     if m is None or m.fresh is None:
         return plan.fresh_seeds, plan.fresh_min
     return plan.fresh_seeds[:m.fresh], m.fresh_min if m.fresh_min is not None else plan.fresh_min
-
-
-def _mean_final(cell: dict, seeds) -> float:
-    return statistics.fmean(cell[s].final(PRIMARY) for s in seeds)
-
-
-def search(plan: Plan, method: str, units: dict) -> Selection:
-    """The plan's search rule for ``method`` and its choice (lowest mean final FID over the
-    selection seeds among tried cells where no selection seed diverged or failed)."""
-    grid, start = plan.methods[method].grid, plan.methods[method].start
-    seeds, ties = plan.selection_seeds, plan.ties
-    i0 = grid.index(start)
-    tried = set(range(max(0, i0 - 1), min(len(grid), i0 + 2)))
-    while True:
-        sel = Selection(method, [grid[i] for i in sorted(tried)])
-        for i in sorted(tried):
-            cell = units.get(unit_name(method, grid[i]), {})
-            absent = [s for s in seeds if s not in cell]
-            running = [s for s in seeds if s in cell and cell[s].status not in DONE]
-            if absent or running:
-                sel.missing.append((grid[i], absent, running))
-        if sel.missing:
-            return sel
-        cells = {i: units[unit_name(method, grid[i])] for i in tried}
-        ok = [i for i, c in cells.items() if all(c[s].status == "finished" and c[s].final(PRIMARY) is not None
-                                                 for s in seeds)]
-        if not ok:
-            sel.bracket = "no cell chosen: every tried cell has a diverged or failed selection seed"
-            return sel
-        best = min(ok, key=lambda i: (ties.value(_mean_final(cells[i], seeds)), grid[i]))
-        lo, hi = min(tried), max(tried)
-        if best == lo and lo > 0:
-            tried.add(lo - 1)
-        elif best == hi and hi < len(grid) - 1:
-            tried.add(hi + 1)
-        else:
-            break
-    sel.chosen, sel.judged_at = grid[best], [grid[best]]
-    sides = []
-    for side, j in (("below", best - 1), ("above", best + 1)):
-        if j < 0 or j >= len(grid):
-            sides.append(f"{side}: the grid's edge")
-            continue
-        nb, ch = cells[j], cells[best]
-        if j not in ok:
-            sides.append(f"{side}: {lr_folder(grid[j])} diverged or failed on a selection seed")
-            continue
-        gap = ties.value(statistics.fmean(nb[s].final(PRIMARY) - ch[s].final(PRIMARY) for s in seeds))
-        if gap >= plan.bracket_margin:
-            sides.append(f"{side}: {lr_folder(grid[j])} worse by {gap:+.1f}")
-        else:
-            sides.append(f"{side}: flat between {lr_folder(grid[best])} and {lr_folder(grid[j])} "
-                         f"({gap:+.1f} < {plan.bracket_margin:g})")
-            if plan.flat == "both":
-                sel.judged_at.append(grid[j])
-    if len(sel.judged_at) > 1:
-        word = "flat: judged at " + " and ".join(map(lr_folder, sel.judged_at))
-    elif any("flat" in x for x in sides):
-        word = "flat: judged at the chosen cell only (the plan's flat rule)"
-    else:
-        word = "not bracketed: at the grid's edge" if any("edge" in x for x in sides) else "bracketed"
-    sel.bracket = f"{word} ({'; '.join(sides)})"
-    return sel
 
 
 def post_hoc(plan: Plan, runs: list[Run]) -> str:
@@ -292,27 +206,6 @@ def judge_row(plan: Plan, claim: Claim, ua: str, ub: str, units: dict, env: str,
     row.second = _outcome(claim, plan, ra, rb, both, SECOND, needed)
     row.by_class = bymachine_class(claim, plan, row.primary, row.classes)
     return row
-
-
-def matched_cell(plan: Plan, name: str, units: dict, selections: dict[str, Selection]) -> float | None:
-    """The step size of ``plan.matched[name]`` (its rule ``lowest_mean_of_both``): among the grid cells
-    both searches tried, with every selection seed finished for both, the lowest mean of the two methods'
-    mean final FIDs (ties as the plan says: the smaller step size); None until both searches are done."""
-    a, b = plan.matched[name]
-    if selections[a].chosen is None or selections[b].chosen is None:
-        return None
-    seeds = plan.selection_seeds
-
-    def finished(method: str, lr: float) -> dict | None:
-        cell = units.get(unit_name(method, lr), {})
-        ok = all(s in cell and cell[s].status == "finished" and cell[s].final(PRIMARY) is not None for s in seeds)
-        return cell if ok else None
-    both = [lr for lr in selections[a].tried if lr in selections[b].tried
-            and finished(a, lr) is not None and finished(b, lr) is not None]
-    if not both:
-        return None
-    return min(both, key=lambda lr: (plan.ties.value((_mean_final(finished(a, lr), seeds)
-                                                      + _mean_final(finished(b, lr), seeds)) / 2.0), lr))
 
 
 def claim_cells(plan: Plan, claim: Claim, cells: dict, matched: dict) -> tuple[list[str], list[str]]:

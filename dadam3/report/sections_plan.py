@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from scipy import stats as scipy_stats
 
-from dadam3.report.families import PRIMARY, SECOND, Family, Row, lr_folder, unit_label, unit_name
+from dadam3.report.families import Family, Row, unit_label
+from dadam3.report.search import PRIMARY, SECOND, lr_folder, unit_name
 from dadam3.report.runs import LABEL, Run
 from dadam3.report.stats import seed_text
 

@@ -46,13 +46,16 @@ class Round(NamedTuple):
     """One gossip round: the skeleton's ``phase`` number ``phase`` element-wise, then
     ``into <- W_{k + offset}^t work`` where k is the step (0 for ``start()``) and ``into`` is
     :data:`PARAMS` or 1 + the index of an ``OWN`` buffer (see :func:`into_own`).
-    ``gossip=False``: ``into <- work``, a local round (no exchange). ``fresh_gradient``: before
-    the phase, the gradient is taken again at the parameters (the step's gradient callback)."""
+    ``gossip=False``: ``into <- work``, a local round (no exchange). ``average=True``: ``into <-
+    11^T/M work``, the exact node average (an all-reduce: :meth:`dadam3.mixing.Mixer.average`)
+    instead of gossip. ``fresh_gradient``: before the phase, the gradient is taken again at the
+    parameters (the step's gradient callback)."""
     phase: int
     into: int
     offset: int
     gossip: bool = True
     fresh_gradient: bool = False
+    average: bool = False
 
 
 def into_own(names: tuple[str, ...], name: str) -> int:
