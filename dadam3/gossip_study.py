@@ -3,7 +3,8 @@ per topology and node count (issue 36; ``experiments/gossip_rounds.sh`` runs it)
 
 The grid (:func:`grid`): Dadam3 and DP-OAdam at the paper's Section 5.1 settings (the
 ``synthetic`` config's defaults: c, k, eta, the betas; every node draws its own game), on
-M in :data:`NODES` nodes, every topology of :data:`TOPOLOGIES`, t in :data:`ROUNDS` gossip rounds
+M in :data:`NODES` nodes (these constants: :mod:`dadam3.games.study_grid`), every topology of
+:data:`TOPOLOGIES`, t in :data:`ROUNDS` gossip rounds
 per mixing, game seed 0 (the same sample stream in every cell: a paired design), plus game
 seeds :data:`EXTRA_SEEDS` for Dadam3 at t = 1. Erdos-Renyi: p = :func:`er_p` (twice the
 connectivity threshold ln M / M), graph seeds :data:`GRAPH_SEEDS`. N = :data:`ITERATIONS`, and
@@ -28,6 +29,13 @@ target in no cell of the iid study), on :data:`HETEROGENEOUS_TOPOLOGIES`, M in :
 :data:`EXTRA_SEEDS` at t = 1; cells under
 ``<out>/spread<s>/...`` (default ``results/gossip_heterogeneous``). Every summary also holds the nodes'
 final consensus distance (1/M) sum_i ||z_i - z_bar||^2.
+
+``--shared-scale`` (issue 58): on the same heterogeneous game, Dadam3 against ``dadam3_shared`` (one
+adaptive scale for every node, tracked by gossip) and ``dadam3_shared_exact`` (its ideal reference, the
+scales averaged exactly each step) (:func:`dadam3.games.study_grid.shared_scale_grid`), into
+``results/shared_scale_game``; each summary also holds the nodes' final scales' relative consensus
+distance (1/M) sum_i ||S_i - S_bar||^2 / ||S_bar||^2 (S_i: the scale node i divides its step by).
+The grid's cells and constants: :mod:`dadam3.games.study_grid`.
 """
 from __future__ import annotations
 
@@ -39,17 +47,17 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_text_whole
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
+from dadam3.games.study_grid import SPREADS, STUDY, SUMMARY, Cell, er_p, grid
 from dadam3.gossip_bytes import bytes_after, mixer_bytes, rho_per_round
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
 from dadam3.run.paths import ArgumentParser, path_argument
@@ -58,63 +66,9 @@ from dadam3.run.provenance import code_commit
 from dadam3.optim import mixer_for
 from dadam3.run.schema import compose, synthetic_settings
 from dadam3.synthetic import write_results
-from dadam3.topology import Topology, build_topology, spectral_gap_rho
+from dadam3.topology import Topology, spectral_gap_rho
 
-OPTIMIZERS = ("dadam3", "dp_oadam")
-NODES = (5, 16, 64)
-TOPOLOGIES = ("ring", "torus", "exponential", "one_peer_exponential", "erdos_renyi", "complete")
-ROUNDS = (1, 2, 3, 5, 8)
-GRAPH_SEEDS = (0, 1, 2)            # Erdos-Renyi draws
-EXTRA_SEEDS = (1, 2)               # game seeds beside 0, for Dadam3 at t = 1
-ITERATIONS = 1_000_000
-LONG = 10_000_000                  # the ring at t = 1, game seed 0
-SPREADS = (0.5, 1.0)               # --heterogeneous: game.spread of its cells
-HETEROGENEOUS_TOPOLOGIES = ("ring", "complete")
-# a tiny grid for the tests: an easy game (c = 2, k = 0.5, eta = 0.05) that reaches e_k <= 10^-2 in ~100 iterations
-SMOKE = dict(nodes=(4,), topologies=("ring", "erdos_renyi"), rounds=(1, 2), graph_seeds=(0,), extra_seeds=(1,),
-             iterations=300, long=600, extra=("game.c=2", "game.k=0.5", "optimizer.lr=0.05"))
-SMOKE_HETEROGENEOUS = dict(SMOKE, topologies=HETEROGENEOUS_TOPOLOGIES, spreads=(1.0,))
-SUMMARY, STUDY = "summary.json", "study.json"
-
-
-def er_p(nodes: int) -> float:
-    """Erdos-Renyi's edge probability at M nodes: 2 ln M / M (twice the connectivity threshold), 2 decimals."""
-    return round(min(1.0, 2 * math.log(nodes) / nodes), 2)
-
-
-@dataclass(frozen=True)
-class Cell:
-    optimizer: str
-    nodes: int
-    topology: str
-    rounds: int
-    iterations: int
-    seed: int = 0                  # the game's sample stream
-    graph_seed: int | None = None  # Erdos-Renyi only
-    extra: tuple[str, ...] = ()    # further overrides (the smoke grid's game)
-    spread: float = 0.0            # game.spread (0: the paper's iid nodes)
-
-    @property
-    def graph(self) -> str:
-        return self.topology if self.graph_seed is None else f"{self.topology}_seed{self.graph_seed}"
-
-    @property
-    def path(self) -> str:
-        seed = f"_seed{self.seed}" if self.seed else ""
-        spread = f"spread{self.spread:g}/" if self.spread else ""
-        return f"{spread}{self.optimizer}/M{self.nodes}/{self.graph}/t{self.rounds}{seed}"
-
-    def topology_options(self) -> dict:
-        return {} if self.graph_seed is None else {"p": er_p(self.nodes), "seed": self.graph_seed}
-
-    def overrides(self) -> list[str]:
-        """The command line of ``python -m dadam3.synthetic`` that reruns this cell (without its directory)."""
-        return [f"optimizer={self.optimizer}", f"topology={self.topology}", *self.values()]
-
-    def values(self) -> list[str]:
-        opts = [f"topology.{k}={v}" for k, v in self.topology_options().items()]
-        return [f"topology.rounds={self.rounds}", *opts, f"nodes={self.nodes}", f"iterations={self.iterations}",
-                f"seed={self.seed}", *([f"game.spread={self.spread}"] if self.spread else []), *self.extra]
+__all__ = ["SPREADS", "STUDY", "SUMMARY", "Cell", "grid", "run_cell", "study", "main"]
 
 
 def cell_config(cell: Cell) -> DictConfig:
@@ -127,45 +81,6 @@ def cell_config(cell: Cell) -> DictConfig:
 @lru_cache(maxsize=None)
 def _composed(optimizer: str, topology: str) -> DictConfig:
     return compose("synthetic", [f"optimizer={optimizer}", f"topology={topology}"])
-
-
-def grid(smoke: bool = False, heterogeneous: bool = False) -> tuple[list[Cell], list[dict]]:
-    """The study's cells (the costliest first), and the (topology, M) that cannot be built, with why."""
-    if heterogeneous:
-        return heterogeneous_grid(smoke), []
-    g = SMOKE if smoke else dict(nodes=NODES, topologies=TOPOLOGIES, rounds=ROUNDS, graph_seeds=GRAPH_SEEDS,
-                                 extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, long=LONG, extra=())
-    cells, skipped = [], []
-    for M in g["nodes"]:
-        for topo in g["topologies"]:
-            graph_seeds = g["graph_seeds"] if topo == "erdos_renyi" else (None,)
-            try:
-                build_topology(topo, M, **({"p": er_p(M)} if topo == "erdos_renyi" else {}))
-            except ConfigError as e:
-                skipped.append({"topology": topo, "nodes": M, "reason": str(e)})
-                continue
-            for opt in OPTIMIZERS:
-                for t in g["rounds"]:
-                    seeds = (0, *g["extra_seeds"]) if (opt, t) == ("dadam3", 1) else (0,)
-                    for gs in graph_seeds:
-                        for s in seeds:
-                            n = g["long"] if (topo, t, s) == ("ring", 1, 0) else g["iterations"]
-                            cells.append(Cell(opt, M, topo, t, n, s, gs, g["extra"]))
-    return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2), skipped
-
-
-def heterogeneous_grid(smoke: bool = False) -> list[Cell]:
-    """``--heterogeneous``: Dadam3 at each spread of :data:`SPREADS`, on the ring (every t) and the complete
-    graph (t = 1 only: W^t = W = 11^T/M, so more rounds change the bytes, not the run), every M, game seed 0
-    (plus :data:`EXTRA_SEEDS` at t = 1); the costliest first."""
-    g = SMOKE_HETEROGENEOUS if smoke else dict(nodes=NODES, topologies=HETEROGENEOUS_TOPOLOGIES, rounds=ROUNDS,
-                                               extra_seeds=EXTRA_SEEDS, iterations=ITERATIONS, extra=(),
-                                               spreads=SPREADS)
-    cells = [Cell("dadam3", M, topo, t, g["iterations"], seed, extra=g["extra"], spread=s)
-             for s in g["spreads"] for M in g["nodes"] for topo in g["topologies"]
-             for t in (g["rounds"] if topo != "complete" else (1,))          # the complete graph: W^t = W
-             for seed in ((0, *g["extra_seeds"]) if t == 1 else (0,))]
-    return sorted(cells, key=lambda c: -c.iterations * c.nodes ** 2)
 
 
 # ------------------------------------------------------------------------------- one cell
@@ -210,8 +125,11 @@ def summarize(cell: Cell, result, status: str, topo: Topology, start: np.ndarray
     sent = bytes_after(hit, start, period) if hit else None
     logged = len(result.iteration) > 0
     cell_keys = {k: v for k, v in asdict(cell).items() if k != "extra"}
-    z = result.final_point
-    return {**cell_keys, "p": cell.topology_options().get("p"), "status": status,
+    z, scale = result.final_point, result.final_scale
+    spread = {} if scale is None else {          # (1/M) sum_i ||S_i - S_bar||^2 / ||S_bar||^2 of the nodes' scales
+        "final_scale_consensus_rel": float(np.mean(np.sum((scale - scale.mean(axis=0)) ** 2, axis=1))
+                                           / np.sum(scale.mean(axis=0) ** 2))}
+    return {**cell_keys, "p": cell.topology_options().get("p"), "status": status, **spread,
             "final_consensus_distance": float(np.mean(np.sum((z - z.mean(axis=0)) ** 2, axis=1))),
             "final_iteration": int(result.iteration[-1]) if logged else 0,
             "final_error": float(result.error[-1]) if logged else None,
@@ -225,18 +143,18 @@ def summarize(cell: Cell, result, status: str, topo: Topology, start: np.ndarray
             "bytes_to_hit_max": float(sent.max()) if hit else None}
 
 
-def _warm_up() -> None:
-    """Compile (or load) both optimizers' loops once, before the workers fork."""
-    for opt in OPTIMIZERS:
+def _warm_up(cells: list[Cell]) -> None:
+    """Compile (or load) the optimizers' loops once, before the workers fork."""
+    for opt in sorted({c.optimizer for c in cells}):
         s = synthetic_settings(compose("synthetic", [f"optimizer={opt}", "nodes=2", "iterations=2"]))
         run_synthetic(SyntheticGame(c=s.game.c, k=s.game.k, spread=s.game.spread), opt, s.optimizer.hparams, 2, 2)
 
 
 # ------------------------------------------------------------------------------- the study
 
-def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int:
+def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False, shared_scale: bool = False) -> int:
     """Every unfinished cell of the grid into ``out``, ``jobs`` at a time; returns the number run."""
-    cells, skipped = grid(smoke, heterogeneous)
+    cells, skipped = grid(smoke, heterogeneous, shared_scale)
     todo = [c for c in cells if not (out / c.path / SUMMARY).is_file()]
     commit = code_commit()
     print(f"gossip study: {len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run, {jobs} side "
@@ -244,15 +162,16 @@ def study(out: Path, jobs: int, smoke: bool, heterogeneous: bool = False) -> int
     if commit.endswith("+dirty"):
         print("warning: the working tree has uncommitted changes: provenance.json will say +dirty", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    spec = {"optimizers": OPTIMIZERS, "nodes": sorted({c.nodes for c in cells}), "target_error": TARGET_ERROR,
+    spec = {"optimizers": sorted({c.optimizer for c in cells}), "nodes": sorted({c.nodes for c in cells}),
+            "target_error": TARGET_ERROR,
             "er_p": {str(M): er_p(M) for M in sorted({c.nodes for c in cells})}, "cells": len(cells),
             "not_built": skipped, "smoke": smoke,
             **({"spreads": sorted({c.spread for c in cells}), "iterations": max(c.iterations for c in cells)}
-               if heterogeneous else {})}
+               if heterogeneous or shared_scale else {})}
     write_text_whole(out / STUDY, json.dumps(spec, indent=1) + "\n")
     if not todo:
         return 0
-    _warm_up()
+    _warm_up(todo)
     t0, done = time.perf_counter(), 0
     with ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals) as pool:
         futures = {pool.submit(run_cell, c, out): c for c in todo}
@@ -282,9 +201,12 @@ def main(argv=None) -> None:
     p.add_argument("--jobs", type=int, default=2, help="cells side by side (default 2, at most the cells)")
     p.add_argument("--smoke", action="store_true", help="a tiny grid (seconds), for the tests")
     p.add_argument("--heterogeneous", action="store_true", help="the heterogeneous game's grid (game.spread > 0)")
+    p.add_argument("--shared-scale", action="store_true",
+                   help="Dadam3 against one scale for every node and its exact reference, on the heterogeneous game")
     a = p.parse_args(argv)
-    a.out = a.out or Path("results/gossip_heterogeneous" if a.heterogeneous else "results/gossip")
-    cells = len(grid(a.smoke, a.heterogeneous)[0])
+    a.out = a.out or Path("results/shared_scale_game" if a.shared_scale else
+                          "results/gossip_heterogeneous" if a.heterogeneous else "results/gossip")
+    cells = len(grid(a.smoke, a.heterogeneous, a.shared_scale)[0])
     refused = (f"--jobs={a.jobs}: must be an integer >= 1" if a.jobs < 1 else
                f"--jobs={a.jobs}: more than the study's {cells} cells; at most {cells}" if a.jobs > cells else
                f"--out={a.out}: not a directory" if a.out.exists() and not a.out.is_dir() else None)
@@ -293,7 +215,7 @@ def main(argv=None) -> None:
         sys.exit(2)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        study(a.out, a.jobs, a.smoke, a.heterogeneous)
+        study(a.out, a.jobs, a.smoke, a.heterogeneous, a.shared_scale)
     except KeyboardInterrupt:
         print("gossip study: interrupted; finished cells are kept, rerun to go on", file=sys.stderr)
         sys.exit(130)

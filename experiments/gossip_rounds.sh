@@ -14,6 +14,11 @@
 #   bash experiments/gossip_rounds.sh
 #   JOBS=1 GOSSIP_OUT=/tmp/g SMOKE=1 bash experiments/gossip_rounds.sh
 #   JOBS=1 HETEROGENEOUS=1 nice -n 19 bash experiments/gossip_rounds.sh
+# SHARED_SCALE=1 (issue 58): on that game, Dadam3 against one adaptive scale for every node (dadam3_shared,
+# tracked by gossip) and its ideal reference (dadam3_shared_exact, the scales averaged exactly), spread 0.5
+# and 1, M = 5, 16, 64, the ring at t = 1 and 3 and the complete graph, into results/shared_scale_game/
+# (read by the report's section "Beyond the paper: one adaptive scale for every node"):
+#   JOBS=1 SHARED_SCALE=1 nice -n 19 bash experiments/gossip_rounds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
@@ -21,4 +26,5 @@ ARGS=(--jobs "${JOBS:-2}")
 [ -n "${GOSSIP_OUT:-}" ] && ARGS+=(--out "$GOSSIP_OUT")
 [ "${SMOKE:-0}" = 1 ] && ARGS+=(--smoke)
 [ "${HETEROGENEOUS:-0}" = 1 ] && ARGS+=(--heterogeneous)
+[ "${SHARED_SCALE:-0}" = 1 ] && ARGS+=(--shared-scale)
 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 exec "$PY" -m dadam3.gossip_study "${ARGS[@]}"

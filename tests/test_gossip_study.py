@@ -119,6 +119,27 @@ def test_heterogeneous_grid_and_smoke_run(tmp_path):
     assert json.loads((tmp_path / gs.STUDY).read_text())["spreads"] == [1.0]
 
 
+def test_shared_scale_grid_and_smoke_run(tmp_path):
+    """--shared-scale: Dadam3, the tracked shared scale and its exact reference at each spread and M, the
+    ring at t = 1 and 3 and the complete graph (no exact reference there: it is the tracked scale); each
+    summary holds the nodes' final scales' relative consensus distance, 0 for a shared scale on the
+    complete graph, above it for Dadam3's own scales."""
+    cells = gs.grid(shared_scale=True)[0]
+    assert {c.optimizer for c in cells} == {"dadam3", "dadam3_shared", "dadam3_shared_exact"}
+    assert {(c.topology, c.rounds) for c in cells} == {("ring", 1), ("ring", 3), ("complete", 1)}
+    assert len(cells) == len(gs.SPREADS) * 3 * (3 * 2 + 2) == len({c.path for c in cells})
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "SMOKE": "1", "JOBS": "1",
+           "GOSSIP_OUT": str(tmp_path), "SHARED_SCALE": "1"}
+    r = subprocess.run(["bash", "experiments/gossip_rounds.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    summaries = {(c.optimizer, c.topology, c.rounds): json.loads((tmp_path / c.path / gs.SUMMARY).read_text())
+                 for c in gs.grid(smoke=True, shared_scale=True)[0]}
+    assert all(s["status"] == "finished" and s["spread"] == 1.0 for s in summaries.values())
+    assert summaries[("dadam3_shared", "complete", 1)]["final_scale_consensus_rel"] < 1e-20
+    assert summaries[("dadam3", "complete", 1)]["final_scale_consensus_rel"] > 1e-6
+
+
 def test_bad_jobs_is_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         gs.main(["--jobs", "0", "--out", str(tmp_path / "x")])
