@@ -5,6 +5,7 @@ wording, Holm against statsmodels, the second scorer, and the glance agreeing wi
 import pytest
 from statsmodels.stats.multitest import multipletests
 
+from dadam3.report import multiplicity as mt
 from dadam3.report import families, plan, sections_plan
 from dadam3.report import runs as run_files
 from dadam3.report.build import build
@@ -89,13 +90,17 @@ def test_a_judged_family_gives_words_k_of_n_and_holm_equal_to_multipletests(setu
     assert much.primary.wins == 5 and same.primary.wins == 0
     assert same.primary.verdict == "contradicted"           # the interval excludes 0 and leaves ±10
     ps = [much.primary.p, same.primary.p]
+    # a "≈" read contradicted enters Holm with its difference p (its TOST p is near 1 there)
+    assert same.primary.p == mt.p_value("≫", same.primary.paired.diffs, 10.0) < 0.05
+    assert mt.p_value("≈", same.primary.paired.diffs, 10.0) > 0.5
     reject, adjusted, _, _ = multipletests(ps, alpha=0.05, method="holm")
     assert [much.holm_p, same.holm_p] == pytest.approx(list(adjusted), rel=1e-12)
     assert much.holm == ("reproduced" if reject[0] else "not reproduced")
+    assert same.holm == ("contradicted" if reject[1] else "not reproduced")
     cells = sections_plan.row_cells(fam, much)
-    assert cells[2] == "reproduced" and cells[3] == f"{much.holm} ({adjusted[0]:.3g})"   # both decisions shown
-    assert cells[5] == "5 of 5" and cells[9] == COMMIT[:12]
-    assert cells[8].startswith("no (every run started after the plan's commit")
+    assert cells[2] == f"**{much.holm}** ({adjusted[0]:.3g})" and cells[3] == "reproduced"   # Holm first, then the reading
+    assert cells[6] == "5 of 5" and cells[10] == COMMIT[:12]
+    assert cells[9].startswith("no (every run started after the plan's commit")
 
 
 def test_a_family_mixing_commits_is_not_judged_and_names_them(setup):
@@ -187,15 +192,19 @@ def test_the_glance_and_the_sections_agree_and_a_family_without_runs_awaits(setu
     section = text[text.index("## Round 3 (planned)"):]
     rows = [line for line in glance.splitlines() if line.startswith("| [t2](")]
     assert len(rows) == len(fam.rows) == 2
-    for line in rows:
-        assert "| " + line.split(" | ", 1)[1] in section          # the same cells, claim to commit
+    for line, row in zip(rows, fam.rows):                        # the glance's cells, as the section gives them
+        claim, measure, verdict, effect, power, wins, second = line.removesuffix(" |").split(" | ")[1:8]
+        [full] = [x for x in section.splitlines() if x.startswith(f"| {claim} | {measure} | ")]
+        assert full.split(" | ")[2] == verdict == f"**{row.holm}** ({row.holm_p:.3g})"    # Holm first
+        assert [full.split(" | ")[i] for i in (4, 5, 6, 7)] == [effect, power, wins, second]
     empty = tmp_path / "empty"
     (empty / "fmnist").mkdir(parents=True)
     (empty / "fmnist" / "x").mkdir()
     make_run(empty, "adam3", 8e-4, 0, 90.0, family="other")       # a run, none of the plan's
     text = build(empty, plans)[0]
-    assert "| [t2](#round-3-planned-test-family) | all 2 claims | – | awaiting runs: selection not finished: run " \
-           "adam3@4e-4 on seeds 0-2;" in text
+    assert "| [t2](#round-3-planned-test-family) | all 2 claims | – | awaiting runs (6 lines of runs to make, " \
+           "listed in its section) |" in text
+    assert "- selection not finished: run adam3@4e-4 on seeds 0-2" in text
 
 
 def test_spearman_over_every_run_with_both_scorers(setup):

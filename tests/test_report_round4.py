@@ -130,3 +130,55 @@ def test_a_round4_plan_with_a_bad_rule_is_one_line_naming_the_key(tmp_path, key,
     with pytest.raises(Exception) as e:
         plan.load(write_plan(tmp_path / "plans", doc))
     assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def judged_round4(tmp_path, fresh_fid_b=120.0, doc=None):
+    """ROUND4's search done (adam3 8e-4, oadagrad 8e-4 chosen; matched 8e-4) and fresh seeds 3-7 run."""
+    results = tmp_path / "results"
+    search(results, {("adam3", 4e-4): 110.0, ("adam3", 8e-4): 100.0, ("adam3", 1.6e-3): 115.0,
+                     ("oadagrad", 4e-4): fresh_fid_b + 30, ("oadagrad", 8e-4): fresh_fid_b,
+                     ("oadagrad", 1.6e-3): fresh_fid_b + 20})
+    for s in range(3, 8):
+        make_run(results, "adam3", 8e-4, s, 100.0 - s)
+        make_run(results, "oadagrad", 8e-4, s, fresh_fid_b + s % 2)
+    return family(tmp_path, doc or ROUND4)
+
+
+def test_round4_rows_carry_their_power_at_n_and_at_the_plans_n(tmp_path):
+    from dadam3.report.power import claim_power
+    fam = judged_round4(tmp_path)
+    much, same = fam.rows
+    assert much.state == "judged" and much.primary.paired.n == 5 and much.testable
+    assert much.power == pytest.approx(claim_power("≫", 8.0, 5, 0.05 / 2, 10.0, 10.0))
+    assert much.planned_power == (pytest.approx(claim_power("≫", 8.0, 5, 0.05 / 2, 10.0, 10.0)), 5)
+    assert same.power == pytest.approx(claim_power("≈", 8.0, 5, 0.05 / 2, 10.0, 10.0))
+    from dadam3.report import sections_plan
+    assert sections_plan.power_text(much) == f"{much.power:.2f} at n = 5 (planned {much.power:.2f} at n = 5)"
+
+
+def test_a_side_that_does_not_train_makes_a_round4_claim_not_testable(tmp_path):
+    """trains: untrained FID 400, fraction 0.5: oadagrad at 300 does not train, so neither claim is a
+    verdict (never a win for adam3), and Holm counts them as p = 1."""
+    fam = judged_round4(tmp_path, fresh_fid_b=300.0)
+    for row in fam.rows:
+        assert not row.testable and row.holm == "–" and row.holm_p == 1.0
+        assert row.state.startswith("not testable at this budget (does not train, the plan's 0.5 of 400.0: "
+                                    "OAdagrad @ 8e-4: mean final FID 30")
+        assert row.primary is not None                       # the effect is still shown
+
+
+def test_a_seed_seen_elsewhere_or_listed_as_seen_refuses_the_plan(tmp_path):
+    """A committed run of the same figure outside the plan's folder with one of its seeds (or the seed in
+    its own seen list): no claim judged, the section names it."""
+    fam = judged_round4(tmp_path)
+    assert fam.seen == "" and all(r.state == "judged" for r in fam.rows)
+    make_run(tmp_path / "results", "adam3", 8e-4, 4, 90.0, family="elsewhere")
+    fam = family(tmp_path, ROUND4)
+    assert fam.seen == "seed 4 (`fmnist/round3/elsewhere/lr8e-4/adam3/seed4`)"
+    assert all(r.state.startswith("not judged (the plan has seeds already seen") and r.holm == "–" for r in fam.rows)
+    from dadam3.report import sections_plan
+    assert "**Refused: seeds already seen**, so no claim of this plan is judged: seed 4" in \
+        "\n".join(sections_plan.section(fam))
+    listed = {**copy.deepcopy(ROUND4), "family": "t3", "runs": "results/fmnist/round3/t3", "seen_seeds": [5]}
+    seen = family(tmp_path, listed).seen            # t2's runs are runs of the same figure outside t3's folder
+    assert "seed 5 (in the plan's own list of seen seeds, `fmnist/round3/t2/lr8e-4/adam3/seed5`" in seen

@@ -150,6 +150,9 @@ def test_holm_is_multipletests_and_a_claim_not_judged_enters_with_p_1():
     ref_reject, ref_adjusted, _, _ = multipletests([0.001, 0.04, 1.0, 0.012], alpha=0.05, method="holm")
     assert reject == list(ref_reject) and adjusted == pytest.approx(list(ref_adjusted), rel=1e-12)
     assert reject == [True, False, False, True]          # 0.04 alone would pass; Holm over 4 claims does not
-    assert mt.holm_words("≫", True, -3.0) == "reproduced" and mt.holm_words("≫", True, 3.0) == "contradicted"
-    assert mt.holm_words("≈", False, 0.0) == "not reproduced"
+    assert mt.holm_words("≫", True, "reproduced", -3.0) == "reproduced"
+    assert mt.holm_words("≫", True, "contradicted", 3.0) == "contradicted"
+    assert mt.holm_words("≈", False, "reproduced", 0.0) == "not reproduced"
+    assert mt.holm_words("≈", True, "contradicted", 30.0) == "contradicted"     # tested as a difference
+    assert mt.holm_words("≈", True, "reproduced", 1.0) == "reproduced"
     assert not math.isnan(adjusted[2])

@@ -8,6 +8,7 @@ from pathlib import Path
 from dadam3.report import sections_fmnist as fm
 from dadam3.report import sections_gossip as gossip
 from dadam3.report import sections_heterogeneous as heterogeneous
+from dadam3.report import sections_shared_scale as shared_scale
 from dadam3.report import sections_paper as paper
 from dadam3.run.divergence import DIVERGE_ABOVE, FROZEN_RECORDS
 from dadam3.report.common import anchor, runs_table
@@ -105,6 +106,7 @@ def _build(root: Path, out: Output, plan_dir: Path) -> tuple[str, Output, list[s
     body += paper.toy(root, out) + fm.bf16(root, out) + fm.reference_values(root)
     body += gossip.section(root, out)
     body += heterogeneous.section(root, out)
+    body += shared_scale.section(root, out, families)
     every = all_runs(root) + [r for f in families for r in f.runs]
     body += sp.spearman(every)
     body += ["## Every run", ""] + runs_table(every) + synthetic_runs(root)

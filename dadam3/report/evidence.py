@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from scipy.integrate import trapezoid
 
-from dadam3.report.common import STABILISERS, setting_or_off
-from dadam3.report.runs import LABEL, UNKNOWN, Run
+from dadam3.report.runs import LABEL, Run
 from dadam3.report.stats import (UNRESOLVED, Cell, Paired, best_cells, cells_of, fmt, lr_text, paired, seed_text,
                                  verdict)
 
@@ -152,21 +151,6 @@ def judge_fixed(claim: tuple[str, str, str], runs: list[Run], measure: str = "fi
          else verdict(rel, p, LABEL.get(a, a), LABEL.get(b, b)))
     lrs = (lr.get(a), lr.get(b))
     return Judged(claim, measure, v, p, "fixed step size", lrs, _used(runs, claim, lrs, set(fa) & set(fb)))
-
-
-def evidence_text(j: Judged) -> str:
-    """Data, scale, iterations, stabilisers (where on), step sizes, seeds and code of the runs behind ``j``."""
-    if not j.runs:
-        return "–"
-    r0 = j.runs[0]
-    its = sorted({str(r.target) if r.target else UNKNOWN for r in j.runs})
-    codes = sorted({"legacy (provenance unknown)" if r.legacy else r.provenance_field("code_commit") for r in j.runs})
-    stabilisers = [f", {name} {v}" for name, _, key in STABILISERS
-                   if (v := "/".join(sorted({setting_or_off(key)(r) for r in j.runs}))) != "off"]
-    return (f"{r0.setting('dataset.name')}, {r0.setting('model.arch')} width {r0.setting('model.width')}, "
-            f"M = {r0.setting('nodes')}, {'/'.join(its)} iterations{''.join(stabilisers)}; "
-            f"lr {lr_text(j.lrs[0])} vs {lr_text(j.lrs[1])}; "
-            f"{j.stage}: {seed_text({r.seed for r in j.runs})}; code {'; '.join(codes)}")
 
 
 def judged_table(judged: list[Judged]) -> list[str]:

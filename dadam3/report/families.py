@@ -18,9 +18,12 @@ from dadam3.report import multiplicity as mt
 from dadam3.report.environments import commits_text, environment, machine_class
 from dadam3.report.evidence import curve_mean
 from dadam3.report.plan import Claim, Plan, parse_time
+from dadam3.report.power import claim_power
 from dadam3.report.search import DONE, PRIMARY, SECOND, Selection, lr_folder, matched_cell, search, unit_name
 from dadam3.report.runs import LABEL, Run, method_runs, seed_dirs, load_run
+from dadam3.report.seen import seen_seeds, seen_text
 from dadam3.report.stats import Paired, paired
+from dadam3.report.trains import not_training, rule_of
 
 
 def seeds_text(seeds) -> str:
@@ -59,6 +62,10 @@ class Row:
     commits: str = ""
     holm: str = ""
     holm_p: float | None = None
+    testable: bool = True              # False: a side does not train (round 4: no verdict)
+    note: str = ""                     # an older plan's row: a side that does not train, named
+    power: float | None = None         # at the judged n, the plan's SD and smallest effect, alpha / rows
+    planned_power: tuple[float, int] | None = None      # (power, n) at the plan's n
 
 
 @dataclass
@@ -72,6 +79,7 @@ class Family:
     rows: list[Row]
     excluded: list[str]
     todo: dict[int, list[str]] = field(default_factory=dict)     # seed -> units to run or resume, plan order
+    seen: str = ""                     # the plan's seeds with committed runs of the same figure (seen.seen_text)
 
 
 def unit_label(plan: Plan, unit: str) -> str:
@@ -160,7 +168,7 @@ def _outcome(claim: Claim, plan: Plan, ra: dict, rb: dict, seeds, key: str, need
     if p is None or p.n < needed:
         return None
     return Outcome(p, mt.words(claim.rel, p, plan.margin), mt.wins(claim.rel, p.diffs, plan.margin),
-                   mt.p_value(claim.rel, p.diffs, plan.margin))
+                   mt.holm_p(claim.rel, p, plan.margin))
 
 
 def bymachine_class(claim: Claim, plan: Plan, out: Outcome, classes: dict) -> str:
@@ -267,9 +275,43 @@ def build(root: Path, plan: Plan) -> Family:
         extra = [r for u, r in sel_runs if u.split("@")[0] in (c.a, c.b, *(plan.methods[n].inherit for n in (c.a, c.b)
                                                                          if n in plan.methods))]
         rows += [judge_row(plan, c, ua, ub, units, env, extra) for ua in at_a for ub in at_b]
-    reject, adjusted = mt.holm([r.primary.p if r.primary else None for r in rows], plan.alpha)
+    seen = seen_seeds(root, plan)
+    for row in rows:
+        judge_rules(root, plan, row, units, len(rows), bool(seen) and plan.seen_seeds is not None)
+    reject, adjusted = mt.holm([r.primary.p if r.primary and r.testable else None for r in rows], plan.alpha)
     for row, rej, adj in zip(rows, reject, adjusted):
         row.holm_p = adj
-        row.holm = mt.holm_words(row.claim.rel, rej, row.primary.paired.mean) if row.primary else "–"
+        row.holm = mt.holm_words(row.claim.rel, rej, row.primary.verdict, row.primary.paired.mean) \
+            if row.primary and row.testable else "–"
     runs = [r for cell in units.values() for r in cell.values()]
-    return Family(plan, runs, units, selections, queue, env, rows, excluded, dict(sorted(todo.items())))
+    return Family(plan, runs, units, selections, queue, env, rows, excluded, dict(sorted(todo.items())),
+                  seen_text(seen))
+
+
+def judge_rules(root: Path, plan: Plan, row: Row, units: dict, family_size: int, refused: bool) -> None:
+    """Round 4's rules on a judged row: a plan with a seen seed is refused (the row not judged), a side
+    that does not train makes the row not testable (older plans: a label), and the row's power at its n
+    and at the plan's, for the plan's SD and smallest effect, at alpha / (the family's rows)."""
+    if refused:
+        row.state, row.testable = "not judged (the plan has seeds already seen: see its section)", False
+        return
+    if row.primary is None:
+        return
+    seeds = row.primary.paired.seeds
+    rule = rule_of(root, plan)
+    failing = not_training(rule, {unit_label(plan, u): [units[u][s] for s in seeds] for u in row.units}) \
+        if rule is not None else []
+    if failing and plan.trains is not None:
+        row.testable = False
+        row.state = f"not testable at this budget (does not train, {rule.source}: {'; '.join(failing)})"
+    elif failing:
+        row.note = f"SGD does not train at this budget ({'; '.join(failing)}; threshold {rule.source})" \
+            if any(x.split(" ")[0] in ("DOSG", "COSG", "DSGD") for x in failing) else \
+            f"does not train at this budget ({'; '.join(failing)}; threshold {rule.source})"
+    if plan.power is not None:
+        sd = row.claim.sd or plan.power.sd
+        effect = row.claim.effect or plan.power.effect
+        level = plan.alpha / family_size
+        row.power = claim_power(row.claim.rel, sd, row.primary.paired.n, level, effect, plan.margin)
+        n = min(len(fresh_of(plan, u.split("@")[0])[0]) for u in row.units)
+        row.planned_power = (claim_power(row.claim.rel, sd, n, level, effect, plan.margin), n)

@@ -17,7 +17,7 @@ UNKNOWN = "unknown"
 DIRTY = "+dirty"                 # dadam3.run.job_log: a commit with uncommitted changes
 LABEL = {"adam3": "Adam3", "oadagrad": "OAdagrad", "dadam3": "Dadam3", "cadam3": "Cadam3", "dosg": "DOSG",
          "cosg": "COSG", "dp_oadam": "DP-OAdam"}
-CENTRALISED = {"cadam3", "cosg"}            # run on the complete graph whatever an older config says
+CENTRALISED = {"cadam3", "cosg", "cadam3_shared"}   # run on the complete graph whatever an older config says
 
 
 def _yaml(path: Path) -> dict:

@@ -20,6 +20,7 @@ import numpy as np
 from dadam3.errors.files import DataFileError
 from dadam3.report import figures, read
 from dadam3.report.common import what_was_run
+from dadam3.report.communication import ALL_REDUCE, charge, to_score
 from dadam3.report.output import Output
 from dadam3.report.runs import LABEL, Run, load_run, seed_dirs
 
@@ -67,16 +68,6 @@ def arm_runs(root: Path, plan: dict) -> dict[str, list[Run]]:
 
 # ------------------------------------------------------------------------------- per run, per arm
 
-def first_at_most(run: Run, threshold: float, key: str = "fid_mean") -> int | None:
-    """The first evaluated iteration with ``key`` ≤ ``threshold``; None: never."""
-    return next((k for k, v in sorted(run.series(key).items()) if v <= threshold), None)
-
-
-def bytes_at(run: Run, iteration: int) -> float | None:
-    """``bytes_sent`` (per node, cumulative) logged at ``iteration``; None where that record has none."""
-    return run.series("bytes_sent").get(iteration)
-
-
 def worst_node(run: Run, suffix: str = "") -> float | None:
     """The largest FID among the nodes at the run's last evaluation."""
     nodes = [r[f"fid_nodes{suffix}"] for r in run.records if r.get(f"fid_nodes{suffix}")]
@@ -110,9 +101,9 @@ def arm_row(name: str, arm: tuple, runs: list[Run], thresholds: list[float], suf
         return cells
     cells += [_stat([r.final("consensus_distance") for r in done]), _stat([consensus_over_run(r) for r in done])]
     for thr in thresholds:
-        hits = [(r, k) for r in done if (k := first_at_most(r, thr)) is not None]
-        sent = [bytes_at(r, k) for r, k in hits]
-        cells.append(f"{_stat(sent)} ({len(hits)} of {len(done)})" if hits else f"never (0 of {len(done)})")
+        hits = [hit for r in done if (hit := to_score(r, thr)) is not None]
+        cells += [f"{_stat([float(k) for k, _ in hits])} ({len(hits)} of {len(done)})",
+                  _stat([b for _, b in hits])] if hits else [f"never (0 of {len(done)})", "–"]
     return cells
 
 
@@ -129,7 +120,7 @@ def figure_fid(groups: dict[str, list[Run]], data: str, path: Path) -> None:
         x, mean, sd = figures.seed_band(runs, "fid_mean")
         if not len(x):
             continue
-        sent = runs[0].series("bytes_sent")
+        sent = {k: v * charge(runs[0]) for k, v in runs[0].series("bytes_sent").items()}     # as a user pays
         line, = ax_k.plot(x, mean, marker=".", label=f"{name} (n = {len(runs)})")
         ax_k.fill_between(x, mean - sd, mean + sd, color=line.get_color(), alpha=0.2, lw=0)
         xa, mean_a, _ = figures.seed_band(runs, "fid_avg_model")
@@ -137,7 +128,8 @@ def figure_fid(groups: dict[str, list[Run]], data: str, path: Path) -> None:
         has = [i for i, k in enumerate(x) if k in sent]
         ax_b.plot([sent[x[i]] for i in has], mean[has], marker=".", color=line.get_color(), label=name)
     ax_k.set(xlabel="iteration", ylabel="FID (node mean; dashed: x̄)", title=f"data: {data}")
-    ax_b.set(xlabel="bytes sent per node", ylabel="FID (node mean)", title=f"data: {data}")
+    ax_b.set(xlabel="bytes per node (an exact average as an all-reduce)", ylabel="FID (node mean)",
+             title=f"data: {data}")
     for ax in (ax_k, ax_b):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
@@ -179,11 +171,13 @@ def gan_part(root: Path, out: Output, plan: dict, plan_name: str) -> list[str]:
     lines += what_was_run([r for rs in have.values() for r in rs])
     head = ["arm", "data", "setting", "method", "lr", "finished", "FID x̄", "FID node mean", "worst node"]
     lines += ["Per arm, final values (mean ± sample SD over the finished seeds); consensus distance "
-              "(1/M) Σ‖x_i − x̄‖² at the end and its mean over the run; bytes per node by the first evaluation "
-              "with FID (node mean) ≤ the threshold, over the seeds that got there (k of n).", "",
+              "(1/M) Σ‖x_i − x̄‖² at the end and its mean over the run; iterations and bytes per node to the first "
+              f"evaluation with FID (node mean) ≤ the threshold, over the seeds that got there (k of n): gossip as "
+              f"counted, {ALL_REDUCE} ([docs/topology.md](../docs/topology.md)).", "",
               "| " + " | ".join(head + ["consensus (final)", "consensus (over the run)"]
-                                + [f"bytes to FID ≤ {t:g}" for t in thresholds]) + " |",
-              "|" + " --- |" * (len(head) + 2 + len(thresholds))]
+                                + [x for t in thresholds for x in (f"iterations to FID ≤ {t:g}",
+                                                                   f"bytes to FID ≤ {t:g}")]) + " |",
+              "|" + " --- |" * (len(head) + 2 + 2 * len(thresholds))]
     lines += ["| " + " | ".join(arm_row(n, plan["arms"][n], rs, thresholds)) + " |" for n, rs in have.items()]
     second = {n: rs for n, rs in have.items() if any(r.final(f"fid_mean{SECOND}") is not None for r in rs)}
     if second:
@@ -233,7 +227,7 @@ GAME_WHY = ("Why (derived; the cells above agree): mixing is doubly stochastic, 
             "few hundred iterations, so at s = 0.5 all the scales agree; at s = 1 node 0 (p_0 = 0) never draws c, "
             "its scale stays several times smaller and its steps several times larger, and its game (a = 1) pulls "
             "z̄ off z* — one node of M, so the bias shrinks as M grows. More gossip rounds cannot remove a bias of "
-            "the adaptive scales; mixing the scales (or one common scale) would.")
+            "the adaptive scales; one common scale does (measured in the next section).")
 
 
 def game_part(root: Path) -> list[str]:

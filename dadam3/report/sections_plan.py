@@ -13,9 +13,11 @@ from dadam3.report.runs import LABEL, Run
 from dadam3.report.stats import seed_text
 
 MEASURES = {"final": "final FID (node mean)", "speed": "mean FID over the run"}
-GLANCE_HEAD = ["| family | claim | measure | verdict | Holm (adjusted p) | effect a − b [95 % t interval] | k of n | "
-               "second scorer (fmnist_mlp) | machine classes (fresh seeds) | post hoc | code commit |",
-               "|" + " --- |" * 11]
+GLANCE_HEAD = ["| family | claim | measure | verdict under Holm (adjusted p) | effect a − b [95 % t interval], n | "
+               "power | k of n | second scorer (fmnist_mlp) |", "|" + " --- |" * 8]
+SECTION_HEAD = ["| claim | measure | verdict under Holm (adjusted p) | uncorrected reading | effect a − b [95 % t "
+                "interval] | power | k of n | second scorer (fmnist_mlp) | machine classes (fresh seeds) | post hoc | "
+                "code commit |", "|" + " --- |" * 11]
 
 
 def claim_text(fam: Family, row: Row) -> str:
@@ -38,17 +40,42 @@ def second_text(row: Row) -> str:
            f"{s.paired.n}{flip}"
 
 
+def verdict_text(row: Row, short: bool = False) -> str:
+    """The verdict that counts: Holm's decision with its adjusted p, or why there is none; an older
+    plan's row names a side that does not train (in full in the section, as a label in the glance)."""
+    if row.primary is None or not row.testable:
+        return row.state
+    text = f"**{row.holm}** ({row.holm_p:.3g})"
+    if row.note:
+        text += f"; {row.note.split(' (')[0]}" if short else f"; {row.note}"
+    return text
+
+
+def power_text(row: Row) -> str:
+    if row.power is None:
+        return "–" if row.primary is None else "– (the plan has no power calculation)"
+    planned = f" (planned {row.planned_power[0]:.2f} at n = {row.planned_power[1]})" if row.planned_power else ""
+    return f"{row.power:.2f} at n = {row.primary.paired.n}{planned}"
+
+
+def wins_text(row: Row) -> str:
+    p = row.primary
+    wins = f"{p.wins} of {p.paired.n}" if p else "–"
+    return wins + (" (left out: " + "; ".join(row.left_out) + ")" if row.left_out else "")
+
+
+def glance_cells(fam: Family, row: Row) -> list[str]:
+    p = row.primary
+    return [claim_text(fam, row), MEASURES[row.claim.measure], verdict_text(row, short=True),
+            p.paired.text() if p else "–", power_text(row), wins_text(row), second_text(row)]
+
+
 def row_cells(fam: Family, row: Row) -> list[str]:
     p = row.primary
-    verdict = p.verdict if p else row.state
-    holm = f"{row.holm} ({row.holm_p:.3g})" if p else "–"
-    effect = p.paired.text() if p else "–"
-    wins = f"{p.wins} of {p.paired.n}" if p else "–"
-    if row.left_out:
-        wins += " (left out: " + "; ".join(row.left_out) + ")"
     post = row.post_hoc or f"no (every run started after the plan's commit, {fam.plan.time_text})"
-    return [claim_text(fam, row), MEASURES[row.claim.measure], verdict, holm, effect, wins, second_text(row),
-            classes_text(row), post, row.commits]
+    return [claim_text(fam, row), MEASURES[row.claim.measure], verdict_text(row), p.verdict if p else "–",
+            p.paired.text() if p else "–", power_text(row), wins_text(row), second_text(row), classes_text(row), post,
+            row.commits]
 
 
 def glance_rows(families: list[Family]) -> list[str]:
@@ -57,16 +84,16 @@ def glance_rows(families: list[Family]) -> list[str]:
     for fam in families:
         link = f"[{fam.plan.family}](#{anchor_of(fam)})"
         if not fam.runs:
-            todo = "; ".join(fam.queue) or "nothing planned"
-            lines.append(f"| {link} | all {len(fam.plan.claims)} claims | – | awaiting runs: {todo} |" + " – |" * 7)
+            todo = f"{len(fam.queue)} lines of runs to make, listed in its section" if fam.queue else "nothing planned"
+            lines.append(f"| {link} | all {len(fam.plan.claims)} claims | – | awaiting runs ({todo}) |" + " – |" * 4)
             continue
         for row in fam.rows:
-            lines.append(f"| {link} | " + " | ".join(row_cells(fam, row)) + " |")
+            lines.append(f"| {link} | " + " | ".join(glance_cells(fam, row)) + " |")
     return lines
 
 
 def title_of(fam: Family) -> str:
-    return f"Round 3 (planned): {fam.plan.title}"
+    return f"Round {fam.plan.round} (planned): {fam.plan.title}"
 
 
 def anchor_of(fam: Family) -> str:
@@ -120,9 +147,7 @@ def section(fam: Family) -> list[str]:
                   "among cells with no diverged or failed selection seed.", ""] + _selection_table(fam)
     lines += [f"Runs still to make ({plan.family}):", ""]
     lines += [f"- {q}" for q in fam.queue] or ["- none"]
-    lines += ["", "| claim | measure | verdict | Holm (adjusted p) | effect a − b [95 % t interval] | k of n | "
-                  "second scorer (fmnist_mlp) | machine classes (fresh seeds) | post hoc | code commit |",
-              "|" + " --- |" * 10]
+    lines += [""] + seen_lines(fam) + SECTION_HEAD
     lines += ["| " + " | ".join(row_cells(fam, row)) + " |" for row in fam.rows]
     lines += [""]
     split = [f"- {claim_text(fam, r)} ({r.claim.measure}), per machine class: {r.by_class}" for r in fam.rows
@@ -133,6 +158,19 @@ def section(fam: Family) -> list[str]:
     if fam.excluded:
         lines += ["Excluded (outside the plan): " + "; ".join(fam.excluded) + ".", ""]
     return lines
+
+
+def seen_lines(fam: Family) -> list[str]:
+    """The plan's seeds with committed runs of the same figure elsewhere: a refusal (round 4 on), or
+    a label (an older plan, written before the rule)."""
+    if not fam.seen:
+        return ["Seeds never seen: no seed of this plan has a committed run of the same figure (data set and "
+                "number of nodes) outside its folder" + (", nor is one in its list of seen seeds." if
+                                                         fam.plan.seen_seeds is not None else "."), ""]
+    if fam.plan.seen_seeds is not None:
+        return [f"**Refused: seeds already seen**, so no claim of this plan is judged: {fam.seen}.", ""]
+    return [f"Seeds also used by committed runs of the same figure outside this plan (it predates round 4's "
+            f"never-seen rule, so its rows are kept): {fam.seen}.", ""]
 
 
 def spearman(runs: list[Run]) -> list[str]:
@@ -152,10 +190,3 @@ def spearman(runs: list[Run]) -> list[str]:
 def queue(families: list[Family]) -> list[str]:
     """Every run still to make, one line each, family first."""
     return [f"to run ({f.plan.family}): {q}" for f in families for q in f.queue]
-
-
-def history_note() -> list[str]:
-    return ["Round 2 (the folders `results/fmnist/lr_sweep*`, `fig2`, `fig3`) is history: its readings are post "
-            "hoc and outside every verdict (its step sizes were chosen and confirmed on runs from several commits "
-            "and machine classes, and its ±10 FID margin was set after its selection seeds were scored). The "
-            "round-3 plans in `docs/analysis_plan/` were committed before their runs.", ""]
