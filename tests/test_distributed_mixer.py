@@ -31,7 +31,9 @@ TOPOLOGIES = [("ring", {}), ("erdos_renyi", {"p": 0.5, "seed": 0}), ("one_peer_e
 SHAPES = [(), (3, 4), (7,)]             # per node: tensors [M], [M, 3, 4], [M, 7]
 ITERATIONS = 4                          # k = 1..4: every phase of one_peer_exponential (period 3), t = 1, 2
 OPTIMIZERS = [("dadam3", dict(lr=0.05, beta1=0.5, beta2=0.9, beta3=0.5)), ("dosg", dict(lr=0.05)),
-              ("dp_oadam", dict(lr=0.05, beta1=0.5, beta2=0.9))]
+              ("dp_oadam", dict(lr=0.05, beta1=0.5, beta2=0.9)),
+              ("dadam3_shared", dict(lr=0.05, beta1=0.5, beta2=0.9, beta3=0.5)),         # a gossiped scale
+              ("dadam3_shared_exact", dict(lr=0.05, beta1=0.5, beta2=0.9, beta3=0.5))]   # Mixer.average
 OPT_CASES = [(5, "ring", 1), (6, "one_peer_exponential", 2)]
 OPT_STEPS = 5
 JOB_LIMIT_S = 120.0                     # hard wall-clock limit of one job (only a hang reaches it)
