@@ -98,7 +98,8 @@ def test_a_judged_family_gives_words_k_of_n_and_holm_equal_to_multipletests(setu
     assert much.holm == ("reproduced" if reject[0] else "not reproduced")
     assert same.holm == ("contradicted" if reject[1] else "not reproduced")
     cells = sections_plan.row_cells(fam, much)
-    assert cells[2] == f"**{much.holm}** ({adjusted[0]:.3g})" and cells[3] == "reproduced"   # Holm first, then the reading
+    # Holm first, then the reading
+    assert cells[2] == f"**{much.holm}** ({adjusted[0]:.3g})" and cells[3] == "reproduced"
     assert cells[6] == "5 of 5" and cells[10] == COMMIT[:12]
     assert cells[9].startswith("no (every run started after the plan's commit")
 
