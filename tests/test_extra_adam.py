@@ -20,7 +20,7 @@ from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, step_together
 from dadam3.optim.base import gradients_per_step
 from dadam3.optim.extra_adam import ExtraAdam
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 from loop_reference import LoopReference
 from trainer_runs import SMALL, TOY, cli, train
 

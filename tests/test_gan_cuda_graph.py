@@ -209,7 +209,7 @@ def test_emulated_iteration_graph_equals_the_plain_iteration(tmp_path, overrides
 
 def test_iteration_graph_needs_a_static_local_gossip():
     from dadam3.mixing import LocalMixer
-    from dadam3.topology import build_topology
+    from dadam3.topologies import build_topology
     assert iteration_obstacle(LocalMixer(build_topology("ring", 4))) is None and iteration_obstacle(None) is None
     said = iteration_obstacle(LocalMixer(build_topology("one_peer_exponential", 4)))
     assert said == "the topology is time-varying (each step mixes with another matrix)"

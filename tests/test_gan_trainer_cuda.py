@@ -14,7 +14,7 @@ Checked under fake CUDA (the code users run: ``dadam3.train.build_trainer`` with
   (data, z, eps), every forward pass of ``wgan_gp_step`` (real and fake through the critic,
   the interpolates), the gradient-penalty objectives, the ``.grad`` writes, the operator
   norm, the NaN checks' tensor work, both optimizers' steps and the gossip rounds (elementwise,
-  :mod:`dadam3.ordered_mix`: IEEE float32 although the run set TF32);
+  :mod:`dadam3.mixing.ordered`: IEEE float32 although the run set TF32);
 * the backward graphs: every node of every graph handed to ``torch.autograd.grad`` holds
   CUDA metadata and reaches the requested inputs (see "unchecked" for why the engine
   itself does not run);
@@ -88,7 +88,7 @@ import dadam3.run.start as build_mod
 from dadam3.run.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.gan.cuda_graph import IterationGraph
-from dadam3.ordered_mix import RoundTerms
+from dadam3.mixing.ordered import RoundTerms
 from dadam3.run.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report

@@ -268,7 +268,7 @@ REFUSED = [     # (entry point, its arguments, the line's start): one line, exit
     ("dadam3.synthetic", ["nodes=-1", "hydra.run.dir={tmp}/r"], "error: nodes=-1"),
     ("dadam3.train", ["resume={tmp}/run", "optimizer.lr=1e-3,5e-3", "--multirun", "hydra.sweep.dir={tmp}/s"],
      "error: resume={tmp}/run: cannot be combined with a --multirun over optimizer.lr=1e-3,5e-3"),
-    ("dadam3.distributed.launch", ["--standalone", "--nproc-per-node=2", "-m", "dadam3.train",
+    ("dadam3.launch", ["--standalone", "--nproc-per-node=2", "-m", "dadam3.train",
                                    "experiment=toy_gaussians", "placement=distributed", "loop.iterations=10",
                                    "loop.lr_warmup=11", "hydra.run.dir={tmp}/r"], "error: loop.lr_warmup=11"),
     ("dadam3.gossip_study", ["--smoke", "--jobs", "64", "--out", "{tmp}/g"], "error: --jobs=64: more than the study's"),

@@ -162,8 +162,8 @@ def test_a_schema_made_for_a_registered_topology_pickles(monkeypatch):
     """A topology added to the registry with options of its own has a schema made from its builder;
     a launcher (submitit) pickles it (the composed config is typed by it, and the settings) as it
     does an optimizer's."""
-    from dadam3.topology import TOPOLOGIES, Builder
-    monkeypatch.setitem(TOPOLOGIES, "pickled_ring", Builder(lambda nodes, weight=0.5: None, ("weight",)))
+    from dadam3.topologies import TOPOLOGIES, Builder
+    monkeypatch.setitem(TOPOLOGIES, "pickled_ring", Builder(lambda nodes, weight=0.5: None))
     cls = option_schema("topology", "pickled_ring")
     node = OmegaConf.structured(cls(name="pickled_ring"))
     assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(node)) == node
@@ -203,18 +203,20 @@ def _library_defaults():
     from dadam3.gan import cuda_graph, nets, samples, wgan_gp
     from dadam3.metrics import evaluation
     from dadam3.metrics.spec import FidelitySpec
-    from dadam3.topology import build_topology, erdos_renyi
+    from dadam3.topologies import build_topology
+    from dadam3.topologies.erdos_renyi import erdos_renyi
+    from dadam3.topologies.explicit import explicit
+    from dadam3.topologies.torus import torus
     train, synthetic = "train", "synthetic"
     pts, fk = ["dataset=gaussians", "model=mlp"], ["dataset=fake"]
     return [
         (build_topology, "rounds", train, [], "topology.rounds"),
-        (build_topology, "rows", train, ["topology=torus"], "topology.rows"),
-        (build_topology, "p", train, ["topology=erdos_renyi"], "topology.p"),
-        (build_topology, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
+        (torus, "rows", train, ["topology=torus"], "topology.rows"),
+        (erdos_renyi, "p", train, ["topology=erdos_renyi"], "topology.p"),
         (erdos_renyi, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
-        (build_topology, "matrix", train, ["topology=explicit"], "topology.matrix"),
-        (build_topology, "file", train, ["topology=explicit"], "topology.file"),
-        (build_topology, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
+        (explicit, "matrix", train, ["topology=explicit"], "topology.matrix"),
+        (explicit, "file", train, ["topology=explicit"], "topology.file"),
+        (explicit, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
         (nets.build_nets, "width", train, [], "model.width"),
         (nets.build_nets, "init", train, [], "model.init"),
         (nets.build_nets, "bias_before_norm", train, [], "model.bias_before_norm"),

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
-from dadam3.numba_cache import njit_cached
+from dadam3.compiled.numba_cache import njit_cached
 from dadam3.optim.numba_compile import cache_name, compiled, element_pass, jitted, math_digest
 from dadam3.optim.skeletons import StepScalars
 
