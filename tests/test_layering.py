@@ -220,6 +220,38 @@ def test_the_entry_point_hands_the_set_up_to_the_run_package(tmp_path):
         assert found[key] <= most, (key, found[key])
 
 
+# What one GAN iteration calls (dadam3/gan/: the losses, the penalty, clipping, the second gradient,
+# the operator norm, the optimizers' step, autocast, the CUDA graphs): the run machinery calls
+# none of them, it calls the step (dadam3.gan.iteration.GANStep).
+GAN_STEP_CALLS = {"critic_step", "generator_step", "wgan_gp_step", "wgan_gp_objectives", "gradient_penalty",
+                  "interpolate", "clip_", "clip_node_grads_", "operator_norm", "again", "gradient_step",
+                  "simultaneous_iteration", "batch_gradients", "step_together", "autocast", "IterationGraph",
+                  "GraphedGradients", "iteration_obstacle", "gradients_per_step"}
+RUN_MACHINERY = ("run", "errors")
+
+
+def called_names(path: Path) -> set[str]:
+    """The names a module calls (``f(...)``, ``x.f(...)``) or imports."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.name for a in node.names}
+    return names
+
+
+def test_the_run_machinery_holds_no_gan_math():
+    """``run/`` and ``errors/`` call (and import) none of the GAN step's functions: the trainer
+    calls the step, the game is computed in ``gan/``."""
+    found = {relative(p): sorted(called_names(p) & GAN_STEP_CALLS)
+             for part in RUN_MACHINERY for p in sorted((ROOT / part).rglob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}
+    assert called_names(ROOT / "gan" / "iteration.py") >= {"critic_step", "generator_step", "step_together",
+                                                           "operator_norm", "clip_", "autocast", "IterationGraph"}
+
+
 SCIENCE = ("dadam3.optim", "dadam3.topologies", "dadam3.mixing", "dadam3.distributed", "dadam3.games", "dadam3.gan",
            "dadam3.metrics", "dadam3.data")
 NO_RUN = """

@@ -114,7 +114,7 @@ class LoopSettings(Section):
     # per node and player, gradients scaled to global norm <= this before the step (0: off; gan/clipping.py)
     clip_grad_norm: float = knob(0.0, Num(0.0), resume=True)
     # linear lr warm-up over this many iterations: iteration k steps with lr · min(1, k / N), both players,
-    # every optimizer alike (0: off; run/trainer.py)
+    # every optimizer alike (0: off; gan/iteration.py)
     lr_warmup: int = knob(0, Int(0), resume=True)
 
 
