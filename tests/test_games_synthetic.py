@@ -7,6 +7,7 @@ from dadam3.errors.config import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import TARGET_ERROR, run_synthetic
+from dadam3.optim import OPTIMIZERS
 from dadam3.run.schema import compose, synthetic_settings
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
@@ -45,6 +46,8 @@ CASES = [
     ("dp_oadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),
     ("dadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 6, "exponential", 1),
     ("dsgd", {"lr": 1e-3}, 5, "ring", 3),
+    ("extra_adam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),        # two gradients per step
+    ("extra_adam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 4, "one_peer_exponential", 2),
 ]
 
 
@@ -55,6 +58,7 @@ def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, r
     kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
     ref = run_synthetic(GAME, name, hp, engine="torch", **kw)
     monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
+    assert synthetic_run.kernel_for(OPTIMIZERS[name].cls) is not None        # the compiled loop, every skeleton
     fast = run_synthetic(GAME, name, hp, engine="numba", **kw)
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
