@@ -11,6 +11,7 @@ from dadam3.run.config import CONFIG_DIR
 from dadam3.run.schema.presets import group_choices
 from dadam3.errors.config import ConfigError
 from dadam3.optim import OPTIMIZERS, optimizer_spec
+from dadam3.run.checkpoint import atomic_save
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run.directory import check_run_dir
 from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
@@ -172,9 +173,10 @@ def test_a_schema_made_for_a_registered_topology_pickles(monkeypatch):
 def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
     config = OmegaConf.to_container(compose("train", ["experiment=toy_gaussians"]), resolve=True)
     old = {k: v for k, v in config.items() if k != "loop"} | config["loop"]
-    (tmp_path / "checkpoints").mkdir()
-    torch.save({"kind": CHECKPOINT_KIND, "config": old, "iteration": 3}, tmp_path / "checkpoints" / "last.pt")
-    with pytest.raises(ConfigError, match=r"a checkpoint of an older version \(top-level iterations"):
+    atomic_save({"kind": CHECKPOINT_KIND, "config": old, "iteration": 3, "run_id": "0" * 32, "record_on_grid": True},
+                tmp_path / "checkpoints" / "last.pt")
+    with pytest.raises(ConfigError, match=r"a checkpoint of an earlier format \(before the loop group: top-level "
+                                          r"iterations"):
         check_run_dir(tmp_path / "x", str(tmp_path), config)
 
 

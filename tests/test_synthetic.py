@@ -94,7 +94,7 @@ def test_multirun_flag_between_the_overrides_sweeps(tmp_path):
     (["topology=explicit", "nodes=2", "topology.matrix=[[0.5,0.4],[0.5,0.5]]"],
      "topology.matrix=row 0 sums to 0.9: mixing matrix must be doubly stochastic"),
     (["optimizer=adam3"], "nodes=5: optimizer=adam3 is the single-node algorithm"),
-    (["backend=torch"], "backend=torch: is now engine: use engine=torch"),
+    (["backend=torch"], "backend=torch: unknown key"),          # the engine's name before engine=: no longer known
     (["engine=kernel"], "engine=kernel: unknown value; allowed: numba, torch"),
 ])
 def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):

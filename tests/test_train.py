@@ -308,7 +308,7 @@ def test_each_output_decides_when_it_is_due(tmp_path):
     assert [k for k in range(1, 12) if records.due(k, k == 11, evaluating=k == 7)] == [2, 4, 5, 6, 7, 8, 10, 11]
 
 
-def test_the_old_backend_key_names_its_new_name():
-    with pytest.raises(ConfigError, match=r"^backend=local: is now placement: use placement=local$"):
+def test_the_key_placement_had_before_is_an_unknown_key():
+    with pytest.raises(ConfigError, match=r"^backend=local: unknown key"):
         config(TOY + ["backend=local"])
     assert train_settings(config(TOY + ["placement=local"])).placement == "local"

@@ -140,7 +140,6 @@ class TrainConfig(Section):
     topology: Any = knob(MISSING)
     logger: Any = knob(MISSING)
     config: ClassVar[Mapping[str, Any]] = MappingProxyType({})
-    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "placement"})   # old key -> its name now
 
     @property
     def torch_device(self) -> torch.device:
@@ -285,7 +284,6 @@ class SyntheticConfig(Section):
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
     topology: Any = knob(MISSING)
-    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "engine"})   # old key -> its name now
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer.check_topology(self.topology.name)
