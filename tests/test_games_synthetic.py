@@ -67,6 +67,18 @@ def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, r
     assert not np.allclose(ref.error, ref.error[0])  # the run moved
 
 
+@pytest.mark.parametrize("name", sorted(n for n, spec in OPTIMIZERS.items() if not spec.single_node))
+def test_every_registered_optimizer_runs_fig_1s_game_compiled_equal_to_torch(name):
+    """Every optimizer of the registry (one added in one file too) at the synthetic entry point's
+    hyper-parameters: the compiled loop, equal to the torch optimizers in float64."""
+    hp = dict(synthetic_settings(compose("synthetic", [f"optimizer={name}"])).optimizer.hparams)
+    assert synthetic_run.kernel_for(OPTIMIZERS[name].cls) is not None
+    kw = dict(nodes=3, iterations=200, seed=1, topology="ring", log_its=np.arange(1, 201))
+    ref, fast = (run_synthetic(GAME, name, hp, engine=engine, **kw) for engine in ("torch", "numba"))
+    np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
+
+
 def test_first_hit_is_the_first_iteration_with_error_at_most_the_target(monkeypatch):
     """The loop's first iteration with e_k <= 10^-2, found at every iteration (not only at the
     logged ones), against a plain Python loop over every iteration's e_k, and the torch engine's."""

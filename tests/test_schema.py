@@ -18,6 +18,7 @@ from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synth
                                train_settings)
 from dadam3.run.schema.groups import GROUPS, option_schema
 
+from names import plausible_name
 from trainer_runs import cli
 
 MODEL_FOR = {"gaussians": "mlp", "celeba": "dcgan64", "imagenette": "dcgan64"}
@@ -164,9 +165,10 @@ def test_a_schema_made_for_a_registered_topology_pickles(monkeypatch):
     a launcher (submitit) pickles it (the composed config is typed by it, and the settings) as it
     does an optimizer's."""
     from dadam3.topologies import TOPOLOGIES, Builder
-    monkeypatch.setitem(TOPOLOGIES, "pickled_ring", Builder(lambda nodes, weight=0.5: None))
-    cls = option_schema("topology", "pickled_ring")
-    node = OmegaConf.structured(cls(name="pickled_ring"))
+    name = plausible_name(TOPOLOGIES, "pickled_ring")
+    monkeypatch.setitem(TOPOLOGIES, name, Builder(lambda nodes, weight=0.5: None))
+    cls = option_schema("topology", name)
+    node = OmegaConf.structured(cls(name=name))
     assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(node)) == node
 
 
