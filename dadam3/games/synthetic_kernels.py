@@ -61,7 +61,7 @@ def kernel_for(cls) -> Kernel | None:
         from numba.core.errors import NumbaError
         again = gradients_per_step(cls) > 1       # a round takes the gradient again: it needs the sample
         loop = make_game_loop(_chain(cls, cls.START), _chain(cls, cls.ROUNDS), step_scalars(cls),
-                              _sample_row if again else _no_row)
+                              _sample if again else _no_sample)
         kernel = Kernel(compiled(loop, cache_name("game_loop", cls), math_digest(cls)), cls)
         try:
             _trial(kernel)
@@ -76,7 +76,7 @@ _KERNELS: dict[type, Kernel | None] = {}
 
 
 def _chain(cls, rounds):
-    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work, row, c, kk)``: each
+    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work, sample)``: each
     round (:func:`make_round`), then the next."""
     then = _no_round
     for rnd in reversed(rounds):
@@ -115,7 +115,7 @@ def _trial(kernel: Kernel) -> None:
 def make_game_loop(start, step, scalars, sample):
     """The game's loop with the rounds of ``start()`` (``start``) and of a step (``step``), both
     :func:`_chain` s, the algorithm's ``scalars`` of a step (:func:`step_scalars`), and ``sample``:
-    what the rounds get of the iteration's sample (:func:`_sample_row`, or :func:`_no_row` for a step
+    what the rounds get of the iteration's sample (:func:`_sample`, or :func:`_no_sample` for a step
     of one gradient: no array handed to the rounds, so the loop is what it was without them)."""
 
     def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
@@ -132,7 +132,7 @@ def make_game_loop(start, step, scalars, sample):
         work = np.empty_like(p)
         t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
         if k0 == 0:
-            start(0, ops, t, scalars(h, 1), g, points, state, work, None, c, kk)
+            start(0, ops, t, scalars(h, 1), g, points, state, work, None)
         total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
         for n in range(is_c.shape[0]):
             k = k0 + n + 1
@@ -144,7 +144,7 @@ def make_game_loop(start, step, scalars, sample):
                 _record(theta, alpha, total / k, rec, li)
                 li += 1
             _operator(p, is_c[n], c, kk, g)
-            step(k, ops, t, scalars(h, k), g, points, state, work, sample(is_c, n), c, kk)
+            step(k, ops, t, scalars(h, k), g, points, state, work, sample(is_c, n, c, kk))
             if not _finite(p):
                 acc[0] = total
                 return li, n + 1
@@ -158,55 +158,55 @@ def make_round(element_pass, rnd, then):
     (``element_pass``), ``points[into] <- W_{k+offset}^t work`` (the exact node average for an
     ``average`` round, ``work`` itself for a local one), then ``then`` (the next round); a
     ``fresh_gradient`` round takes the gradient again at the parameters first, on the iteration's
-    sample (``row``, ``c``, ``kk``). Each kind is a closure of its own: a round of one kind runs
+    ``sample`` (:func:`_sample`). Each kind is a closure of its own: a round of one kind runs
     nothing of the others (no helper handed the buffers: each would count their references)."""
     into, offset = rnd.into, rnd.offset
     if rnd.fresh_gradient:
         inner = make_round(element_pass, rnd._replace(fresh_gradient=False), then)
 
         @njit(inline="always")
-        def fresh_round(k, ops, t, a, g, points, state, work, row, c, kk):
-            _operator(points[0], row, c, kk, g)
-            inner(k, ops, t, a, g, points, state, work, row, c, kk)
+        def fresh_round(k, ops, t, a, g, points, state, work, sample):
+            _operator(points[0], sample[0], sample[1], sample[2], g)
+            inner(k, ops, t, a, g, points, state, work, sample)
         return fresh_round
 
     if rnd.average:
         @njit(inline="always")
-        def average_round(k, ops, t, a, g, points, state, work, row, c, kk):
+        def average_round(k, ops, t, a, g, points, state, work, sample):
             element_pass(g, t, a, points[0], points[1:], state, work)
             _average(work, points[into])
-            then(k, ops, t, a, g, points, state, work, row, c, kk)
+            then(k, ops, t, a, g, points, state, work, sample)
         return average_round
 
     if not rnd.gossip:
         @njit(inline="always")
-        def local_round(k, ops, t, a, g, points, state, work, row, c, kk):
+        def local_round(k, ops, t, a, g, points, state, work, sample):
             element_pass(g, t, a, points[0], points[1:], state, work)
             points[into][:] = work
-            then(k, ops, t, a, g, points, state, work, row, c, kk)
+            then(k, ops, t, a, g, points, state, work, sample)
         return local_round
 
     @njit(inline="always")
-    def game_round(k, ops, t, a, g, points, state, work, row, c, kk):
+    def game_round(k, ops, t, a, g, points, state, work, sample):
         element_pass(g, t, a, points[0], points[1:], state, work)
         _mix(ops, (k + offset - 1) % ops[0].shape[0], work, points[into])
-        then(k, ops, t, a, g, points, state, work, row, c, kk)
+        then(k, ops, t, a, g, points, state, work, sample)
     return game_round
 
 
 @njit(inline="always")
-def _no_round(k, ops, t, a, g, points, state, work, row, c, kk):
+def _no_round(k, ops, t, a, g, points, state, work, sample):
     pass
 
 
 @njit(inline="always")
-def _sample_row(is_c, n):
-    """Iteration n's sample: which nodes draw a = c."""
-    return is_c[n]
+def _sample(is_c, n, c, kk):
+    """Iteration n's sample, as a second gradient needs it: which nodes draw a = c, c and k."""
+    return is_c[n], c, kk
 
 
 @njit(inline="always")
-def _no_row(is_c, n):
+def _no_sample(is_c, n, c, kk):
     return None
 
 
