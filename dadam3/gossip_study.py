@@ -9,7 +9,7 @@ per mixing, game seed 0 (the same sample stream in every cell: a paired design),
 seeds :data:`EXTRA_SEEDS` for Dadam3 at t = 1. Erdos-Renyi: p = :func:`er_p` (twice the
 connectivity threshold ln M / M), graph seeds :data:`GRAPH_SEEDS`. N = :data:`ITERATIONS`, and
 :data:`LONG` on the ring at t = 1, game seed 0 (the slowest-mixing graph at each M). A (topology, M) that
-``dadam3/topology.py`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
+``dadam3/topologies/`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
 reason, not run.
 
 Each cell is a run directory ``<out>/<optimizer>/M<M>/<graph>/t<t>[_seed<s>]/`` in the format of
