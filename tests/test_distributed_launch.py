@@ -66,7 +66,7 @@ def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(
 @pytest.fixture
 def launcher(monkeypatch):
     """:mod:`dadam3.launch` with a fresh signal record, this process's handlers restored after."""
-    from dadam3.distributed import launch
+    from dadam3 import launch
     saved = {sig: signal.getsignal(sig) for sig in launch.STOP_SIGNALS}
     monkeypatch.setattr(launch, "_received", [])
     monkeypatch.setattr(launch, "_closing", [False])
