@@ -9,7 +9,7 @@ per mixing, game seed 0 (the same sample stream in every cell: a paired design),
 seeds :data:`EXTRA_SEEDS` for Dadam3 at t = 1. Erdos-Renyi: p = :func:`er_p` (twice the
 connectivity threshold ln M / M), graph seeds :data:`GRAPH_SEEDS`. N = :data:`ITERATIONS`, and
 :data:`LONG` on the ring at t = 1, game seed 0 (the slowest-mixing graph at each M). A (topology, M) that
-``dadam3/topology.py`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
+``dadam3/topologies/`` cannot build (a torus of a prime M) is listed in ``study.json`` with its
 reason, not run.
 
 Each cell is a run directory ``<out>/<optimizer>/M<M>/<graph>/t<t>[_seed<s>]/`` in the format of
@@ -52,21 +52,24 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.files import write_text_whole
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.study_grid import SPREADS, STUDY, SUMMARY, Cell, er_p, grid
-from dadam3.gossip_bytes import bytes_after, mixer_bytes, rho_per_round
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
+from dadam3.mixing import Mixer
+from dadam3.mixing.gossip_bytes import bytes_after, period_bytes, rho_per_round
 from dadam3.run.paths import ArgumentParser, path_argument
 from dadam3.run.job_log import record_provenance
 from dadam3.run.provenance import code_commit
-from dadam3.optim import mixer_for
+from dadam3.optim import build_optimizer, mixer_for
 from dadam3.run.schema import compose, synthetic_settings
 from dadam3.synthetic import write_results
-from dadam3.topology import Topology, spectral_gap_rho
+from dadam3.topologies import Topology
+from dadam3.topologies.checks import spectral_gap_rho
 
 __all__ = ["SPREADS", "STUDY", "SUMMARY", "Cell", "grid", "run_cell", "study", "main"]
 
@@ -116,6 +119,19 @@ def run_cell(cell: Cell, out: Path) -> dict:
     tmp.write_text(json.dumps(summary, indent=1) + "\n")
     os.replace(tmp, d / SUMMARY)
     return {**summary, "seconds": seconds}
+
+
+def mixer_bytes(optimizer: str, hparams: dict, mixer: Mixer, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mixer's own count of the torch optimizer on this game's buffers (theta and alpha,
+    float64): after its start, and after each iteration of one period (:func:`period_bytes`)."""
+    theta = torch.zeros(nodes, 1, dtype=torch.float64)
+    alpha = torch.zeros(nodes, 1, dtype=torch.float64)
+    opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hparams)
+
+    def step():
+        theta.grad, alpha.grad = torch.zeros_like(theta), torch.zeros_like(alpha)
+        opt.step()
+    return period_bytes(mixer, step)
 
 
 def summarize(cell: Cell, result, status: str, topo: Topology, start: np.ndarray, period: np.ndarray) -> dict:

@@ -9,6 +9,8 @@ parameter counter are this checkout's ``tests/test_layering.py``, applied to tha
 * ``package_lines``: lines of the ``.py`` files of ``dadam3/`` (as ``wc -l`` counts them);
   ``run_machinery_lines`` those of ``run/``, ``errors/`` and ``train.py``, and their share
   (issue 45: the run machinery against the package).
+* ``concern_lines``: lines of each concern of the run machinery (``docs/architecture.md``'s concern
+  table; its files and line budgets: ``CONCERNS`` of this checkout's ``tests/test_layering.py``).
 * ``train_py_lines``: non-blank lines of ``dadam3/train.py``.
 * ``longest_parameter_list``: the most parameters a caller can pass to one function in
   ``dadam3/`` (``test_layering.parameter_count``: ``self``/``cls`` not counted, ``*args`` and
@@ -110,7 +112,8 @@ def static_numbers(root: Path) -> dict:
         for d in sorted(tl.imports_of(m)):
             if d not in unplaced and tl.layer_of(d) > tl.layer_of(m):
                 upward.append(f"{m} -> {d}")
-    return {"train_py_lines": lines, "longest_parameter_list": longest, "longest_at": where,
+    return {"concern_lines": tl.concern_lines(root), "train_py_lines": lines, "longest_parameter_list": longest,
+            "longest_at": where,
             "upward_imports": len(upward), "upward": upward, "modules_in_no_layer": unplaced}
 
 

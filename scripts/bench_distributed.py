@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from dadam3.distributed import DistributedMixer, init_from_env, shutdown  # noqa: E402
 from dadam3.mixing import LocalMixer  # noqa: E402
-from dadam3.topology import Topology, build_topology  # noqa: E402
+from dadam3.topologies import Topology, build_topology  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

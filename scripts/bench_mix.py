@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))    # t
 
 from dadam3.gan.stacked import build_stacked_nets
 from dadam3.mixing import LocalMixer, ieee_fp32_matmul
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 from op_census import ByteCensus
 
 
@@ -95,7 +95,7 @@ def optimizer_census(M: int, width: float, device) -> tuple[int, float]:
     is counted as CUDA dispatches it — one Triton custom op per buffer and round (run here in
     Triton's interpreter) — instead of numba's pass, which no dispatch mode sees."""
     from bench_gan import OpBytes, count_optimizer, make_batched
-    from dadam3 import ordered_mix
+    from dadam3.mixing import ordered as ordered_mix
     step, _, _, parts = make_batched(M, width, 2, device, torch.float32, "ring")
     step()                            # the steady state: .grad is the flat buffer's view from here on
     parts["grads"]()

@@ -1,6 +1,5 @@
 import pickle
 import random
-import zipfile
 
 import numpy as np
 import pytest
@@ -117,7 +116,7 @@ class _Payload:
 
 def _state(**extra) -> dict:
     return {"kind": "dadam3.train/1", "iteration": 3, "config": {"seed": 0}, "G": {"w": torch.arange(4096.0)},
-            "noise": ckpt.NodeList([torch.zeros(2)]), "record_on_grid": True, **extra}
+            "noise": ckpt.NodeList([torch.zeros(2)]), "record_on_grid": True, "run_id": "0" * 32, **extra}
 
 
 def _write_sidecar(path):
@@ -141,8 +140,11 @@ def test_a_payload_in_a_checkpoint_is_refused_unrun(tmp_path, zipped, sidecar):
         ckpt.load(path)
     assert not marker.exists()
     msg = str(e.value)
-    assert msg.startswith(f"resume={path}: ") and "\n" not in msg and "nothing in it was run" in msg
-    assert ("(exec)" in msg) if zipped else ("not torch's zip format" in msg)
+    assert msg.startswith(f"resume={path}: ") and "\n" not in msg
+    if zipped and not sidecar:               # no checksum: refused before anything of it is read
+        assert "no last.pt.sha256 beside it" in msg and "nothing was loaded" in msg
+        return
+    assert "nothing in it was run" in msg and (("(exec)" in msg) if zipped else ("not torch's zip format" in msg))
 
 
 def test_a_resume_from_a_run_holding_a_payload_is_refused_before_anything(tmp_path):
@@ -168,8 +170,8 @@ def test_a_flipped_bit_in_tensor_data_is_named_corrupt(tmp_path):
         ckpt.load(path)
     msg = str(e.value)
     assert msg.startswith(f"resume={path}: corrupt checkpoint") and "\n" not in msg and "last good" not in msg
-    files.checksum_path(path).unlink()       # the flip is real: unverified, the file loads with another weight
-    assert ckpt.load(path)["G"]["w"][1000].item() != 1000.0
+    with torch.serialization.safe_globals(list(files.SAFE_TYPES)):     # the flip is real: another weight
+        assert torch.load(path, weights_only=True)["G"]["w"][1000].item() != 1000.0
 
 
 @pytest.mark.parametrize("keep", [0, 100, 0.5])
@@ -179,39 +181,22 @@ def test_a_truncated_checkpoint_is_named_corrupt(tmp_path, keep):
     path.write_bytes(data[:int(len(data) * keep) if isinstance(keep, float) else keep])
     with pytest.raises(ConfigError, match="corrupt checkpoint"):
         ckpt.load(path)
-    files.checksum_path(path).unlink()       # without its checksum: not a checkpoint, still one line
+    files.checksum_path(path).write_text(f"{files.file_sha256(path)}  last.pt\n")   # its bytes' checksum
     with pytest.raises(ConfigError, match="not torch's zip format|not a readable checkpoint"):
-        ckpt.load(path)
+        ckpt.load(path)                      # verified, but not a checkpoint: still one line
 
 
-def test_a_checkpoint_without_checksum_loads_as_data_with_a_warning(tmp_path, caplog):
-    """An earlier version's checkpoint (no ``last.pt.sha256``): loaded through weights_only, said once."""
+def test_a_checkpoint_without_checksum_is_refused_in_one_line_naming_its_format(tmp_path):
+    """The format before checksums (no ``last.pt.sha256``): nothing of it is read, one line says which
+    format it is and what to do."""
     path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
     files.checksum_path(path).unlink()
-    with caplog.at_level("WARNING"):
-        assert ckpt.load(path)["iteration"] == 3
-    assert [r.getMessage() for r in caplog.records if "not verified" in r.getMessage()] == [
-        f"{path} has no last.pt.sha256 (written before checkpoints had checksums, or it was removed): loaded as data "
-        "(weights_only) but not verified"]
-
-
-@pytest.mark.parametrize("earlier", files.EARLIER_NODE_LISTS)
-def test_a_checkpoint_of_an_earlier_module_layout_still_loads(tmp_path, earlier):
-    """NodeList pickled under the module an earlier version defined it in (before dadam3/run/) loads
-    as data, as today's NodeList; the file is today's, its class path rewritten."""
-    path = ckpt.atomic_save(_state(), tmp_path / "last.pt")
-    with zipfile.ZipFile(path) as z:
-        entries = {i: z.read(i) for i in z.infolist()}
-    today = f"{ckpt.NodeList.__module__}\nNodeList".encode()
-    pkl = next(i for i in entries if i.filename.endswith("data.pkl"))
-    assert today in entries[pkl]
-    entries[pkl] = entries[pkl].replace(today, earlier.replace(".NodeList", "\nNodeList").encode())
-    with zipfile.ZipFile(path, "w") as z:
-        for info, data in entries.items():
-            z.writestr(info, data)
-    files.checksum_path(path).unlink()       # an earlier version's file: no checksum of today's bytes
-    loaded = ckpt.load(path)
-    assert type(loaded["noise"]) is ckpt.NodeList and [t.tolist() for t in loaded["noise"]] == [[0.0, 0.0]]
+    with pytest.raises(ConfigError) as e:
+        ckpt.load(path)
+    assert str(e.value).startswith(f"resume={path}: no last.pt.sha256 beside it, which every checkpoint of this code "
+                                   "has: a checkpoint of the format before checksums (resume it with the version "
+                                   "that wrote it, or start a new run)")
+    assert "\n" not in str(e.value)
 
 
 def test_the_checksum_file_verifies_the_file_on_disk_after_each_save(tmp_path):
@@ -235,6 +220,24 @@ def test_a_checkpoint_with_another_entry_or_type_is_refused(tmp_path, change, sa
     with pytest.raises(ConfigError) as e:
         check_checkpoint(ckpt.load(path), path)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change, earlier", [
+    ({"run_id": None}, "before run ids: it names no run"),
+    ({"config": {"seed": 0, "backend": "local"}}, "before placement=: its backend= key"),
+    ({"config": {"seed": 0, "iterations": 3}},
+     "before the loop group: top-level iterations, batch_size, ...; now loop.*"),
+])
+def test_a_checkpoint_of_an_earlier_format_is_refused_in_one_line_naming_it(tmp_path, change, earlier):
+    """The formats before run ids, before placement= and before the loop group: refused, not read as today's."""
+    state = {**_state(), **change}
+    if change == {"run_id": None}:
+        del state["run_id"]
+    path = ckpt.atomic_save(state, tmp_path / "last.pt")
+    with pytest.raises(ConfigError) as e:
+        check_checkpoint(ckpt.load(path), path)
+    assert str(e.value) == (f"resume={path}: a checkpoint of an earlier format ({earlier}): resume it with the "
+                            "version that wrote it, or start a new run")
 
 
 def test_a_checkpoint_without_an_entry_read_outside_the_state_is_refused_before_anything_is_written(tmp_path):

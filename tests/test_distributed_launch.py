@@ -1,4 +1,4 @@
-"""``python -m dadam3.distributed.launch`` (torchrun's agent, :mod:`dadam3.distributed.launch`):
+"""``python -m dadam3.launch`` (torchrun's agent, :mod:`dadam3.launch`):
 clean stops of a distributed training run under the launcher, real processes and signals."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from dadam3.run.loggers import read_jsonl
 from test_ordered_mix import TOY
 
 ROOT = Path(__file__).resolve().parent.parent
-LAUNCH = [sys.executable, "-m", "dadam3.distributed.launch", "--standalone", "--nproc-per-node=2", "-m", "dadam3.train"]
+LAUNCH = [sys.executable, "-m", "dadam3.launch", "--standalone", "--nproc-per-node=2", "-m", "dadam3.train"]
 ENDLESS = [*TOY[:-2], "loop.iterations=100000", "loop.checkpoint_every=100000", "dtype=float64",
            "placement=distributed", "distributed.timeout_s=30"]
 
@@ -34,7 +34,7 @@ def _children(pid: int) -> list[int]:
     ("rank 1", signal.SIGKILL, 3, "error: rank 0: "),
 ])
 def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(tmp_path, target, sig, code, start):
-    """``python -m dadam3.distributed.launch`` (torchrun's agent): a clean stop exits with the
+    """``python -m dadam3.launch`` (torchrun's agent): a clean stop exits with the
     interrupted status and the ranks' one line, not torchrun's failure dump; a rank killed
     outright leaves the survivors' one line and an ``interrupted`` record naming the training
     iteration."""
@@ -65,8 +65,8 @@ def test_a_stop_under_the_launcher_is_one_line_its_status_and_a_terminal_record(
 
 @pytest.fixture
 def launcher(monkeypatch):
-    """:mod:`dadam3.distributed.launch` with a fresh signal record, this process's handlers restored after."""
-    from dadam3.distributed import launch
+    """:mod:`dadam3.launch` with a fresh signal record, this process's handlers restored after."""
+    from dadam3 import launch
     saved = {sig: signal.getsignal(sig) for sig in launch.STOP_SIGNALS}
     monkeypatch.setattr(launch, "_received", [])
     monkeypatch.setattr(launch, "_closing", [False])
@@ -126,7 +126,7 @@ def test_the_launchers_port_in_use_is_one_line(tmp_path):
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "dadam3.distributed.launch", "--nnodes=1", "--nproc-per-node=1",
+        r = subprocess.run([sys.executable, "-m", "dadam3.launch", "--nnodes=1", "--nproc-per-node=1",
                             "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "dadam3.train", *TOY,
                             "placement=distributed", f"hydra.run.dir={tmp_path / 'run'}"],
                            capture_output=True, text=True, cwd=ROOT, timeout=300)

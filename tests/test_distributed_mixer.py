@@ -25,7 +25,7 @@ from dadam3.distributed import DistributedMixer, exit_on_peer_failure, init_from
 from dadam3.errors.config import ConfigError
 from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 TOPOLOGIES = [("ring", {}), ("erdos_renyi", {"p": 0.5, "seed": 0}), ("one_peer_exponential", {})]
 SHAPES = [(), (3, 4), (7,)]             # per node: tensors [M], [M, 3, 4], [M, 7]

@@ -42,7 +42,7 @@ def test_explained_keeps_the_named_arguments():
 
 
 def test_a_library_error_naming_other_arguments_is_said_in_config_keys():
-    from dadam3.topology import build_topology
+    from dadam3.topologies import build_topology
     with pytest.raises(ConfigError) as e:
         build_topology("explicit", 2)
     assert str(e.value) == "matrix=None: give exactly one of matrix= (a list of rows) or file="

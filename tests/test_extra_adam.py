@@ -20,7 +20,7 @@ from dadam3.mixing import LocalMixer
 from dadam3.optim import build_optimizer, mixer_for, step_together
 from dadam3.optim.base import gradients_per_step
 from dadam3.optim.extra_adam import ExtraAdam
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 from loop_reference import LoopReference
 from trainer_runs import SMALL, TOY, cli, train
 
@@ -206,12 +206,12 @@ def test_the_gan_trainer_runs_it_from_the_command_line(tmp_path):
 
 def test_the_alternating_form_calls_each_players_gradient_twice_per_step(tmp_path, monkeypatch):
     """loop.n_critic=2: each critic step and the generator step take their second gradient on their batch."""
-    import dadam3.run.trainer as trainer
+    import dadam3.gan.iteration as step
     seen = {"critic": 0, "generator": 0}
-    critic, generator = trainer.critic_step, trainer.generator_step
-    monkeypatch.setattr(trainer, "critic_step", lambda *a, **kw: (seen.__setitem__("critic", seen["critic"] + 1),
+    critic, generator = step.critic_step, step.generator_step
+    monkeypatch.setattr(step, "critic_step", lambda *a, **kw: (seen.__setitem__("critic", seen["critic"] + 1),
                                                                   critic(*a, **kw))[1])
-    monkeypatch.setattr(trainer, "generator_step", lambda *a, **kw: (
+    monkeypatch.setattr(step, "generator_step", lambda *a, **kw: (
         seen.__setitem__("generator", seen["generator"] + 1), generator(*a, **kw))[1])
     t = train([*SMALL, "optimizer=extra_adam", "loop.n_critic=2", "nodes=2"], tmp_path / "run")
     assert t.state.iteration == 3 and seen == {"critic": 3 * 2 * 2, "generator": 3 * 2}

@@ -7,6 +7,7 @@ from dadam3.errors.config import ConfigError
 from dadam3.games.synthetic import SyntheticGame, log_iterations
 from dadam3.games import synthetic_run
 from dadam3.games.synthetic_run import TARGET_ERROR, run_synthetic
+from dadam3.optim import OPTIMIZERS
 from dadam3.run.schema import compose, synthetic_settings
 
 GAME = SyntheticGame(c=1010.0, k=0.01)
@@ -45,6 +46,8 @@ CASES = [
     ("dp_oadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),
     ("dadam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 6, "exponential", 1),
     ("dsgd", {"lr": 1e-3}, 5, "ring", 3),
+    ("extra_adam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 5, "ring", 1),        # two gradients per step
+    ("extra_adam", {"lr": 1e-2, "beta1": 0.3, "beta2": 0.9}, 4, "one_peer_exponential", 2),
 ]
 
 
@@ -55,12 +58,25 @@ def test_kernel_equals_torch_optimizer_step_by_step(name, hp, nodes, topology, r
     kw = dict(nodes=nodes, iterations=n, seed=3, topology={"name": topology, "rounds": rounds}, log_its=every)
     ref = run_synthetic(GAME, name, hp, engine="torch", **kw)
     monkeypatch.setattr(synthetic_run, "CHUNK", 97)          # chunking must not matter
+    assert synthetic_run.kernel_for(OPTIMIZERS[name].cls) is not None        # the compiled loop, every skeleton
     fast = run_synthetic(GAME, name, hp, engine="numba", **kw)
     np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fast.avg_grad_sq_norm, ref.avg_grad_sq_norm, rtol=1e-10)
     np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-10, atol=1e-12)
     assert fast.first_hit == ref.first_hit
     assert not np.allclose(ref.error, ref.error[0])  # the run moved
+
+
+@pytest.mark.parametrize("name", sorted(n for n, spec in OPTIMIZERS.items() if not spec.single_node))
+def test_every_registered_optimizer_runs_fig_1s_game_compiled_equal_to_torch(name):
+    """Every optimizer of the registry (one added in one file too) at the synthetic entry point's
+    hyper-parameters: the compiled loop, equal to the torch optimizers in float64."""
+    hp = dict(synthetic_settings(compose("synthetic", [f"optimizer={name}"])).optimizer.hparams)
+    assert synthetic_run.kernel_for(OPTIMIZERS[name].cls) is not None
+    kw = dict(nodes=3, iterations=200, seed=1, topology="ring", log_its=np.arange(1, 201))
+    ref, fast = (run_synthetic(GAME, name, hp, engine=engine, **kw) for engine in ("torch", "numba"))
+    np.testing.assert_allclose(fast.final_point, ref.final_point, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fast.error, ref.error, rtol=1e-10, atol=1e-13)
 
 
 def test_first_hit_is_the_first_iteration_with_error_at_most_the_target(monkeypatch):

@@ -192,9 +192,9 @@ def test_emulated_iteration_graph_equals_the_plain_iteration(tmp_path, overrides
     on the host."""
     plain, graphed = _trainer(tmp_path, "plain", overrides), _trainer(tmp_path, "graphed", overrides)
     g = graphed
-    graph = IterationGraph(g._iteration, g._draw, (g.G, g.D), (g.opt_d, g.opt_g), g.state.mixer, warmup=2,
+    graph = IterationGraph(g.step._iteration, g.step._draw, (g.G, g.D), (g.opt_d, g.opt_g), g.state.mixer, warmup=2,
                            emulate=True)
-    g.iteration_graph = graph
+    g.step.iteration_graph = graph
     for step in range(3):
         reads = HostReads()
         with reads if step else contextlib.nullcontext():
@@ -209,7 +209,7 @@ def test_emulated_iteration_graph_equals_the_plain_iteration(tmp_path, overrides
 
 def test_iteration_graph_needs_a_static_local_gossip():
     from dadam3.mixing import LocalMixer
-    from dadam3.topology import build_topology
+    from dadam3.topologies import build_topology
     assert iteration_obstacle(LocalMixer(build_topology("ring", 4))) is None and iteration_obstacle(None) is None
     said = iteration_obstacle(LocalMixer(build_topology("one_peer_exponential", 4)))
     assert said == "the topology is time-varying (each step mixes with another matrix)"
@@ -222,10 +222,10 @@ def test_cuda_iteration_graph_replay_equals_eager(tmp_path):
     cuda = ["device=cuda", "dtype=float32", "optimizer.beta1_decay=0.9", "cuda.tf32=false"]
     plain = build_trainer(train_settings(config(TOY + ["nodes=3", *cuda])), tmp_path / "plain")
     t = build_trainer(train_settings(config(TOY + ["nodes=3", *cuda, "cuda.graphs=true"])), tmp_path / "graphed")
-    assert t.iteration_graph is not None
+    assert t.step.iteration_graph is not None
     for step in range(4):
         got, want = t.train_step(), plain.train_step()
-        assert t.iteration_graph.reason is None and t.iteration_graph.graph is not None
+        assert t.step.iteration_graph.reason is None and t.step.iteration_graph.graph is not None
         for k in want:
             torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6, msg=f"{step} {k}")
         for a, b in zip(_opt_state(t), _opt_state(plain)):

@@ -14,7 +14,7 @@ Checked under fake CUDA (the code users run: ``dadam3.train.build_trainer`` with
   (data, z, eps), every forward pass of ``wgan_gp_step`` (real and fake through the critic,
   the interpolates), the gradient-penalty objectives, the ``.grad`` writes, the operator
   norm, the NaN checks' tensor work, both optimizers' steps and the gossip rounds (elementwise,
-  :mod:`dadam3.ordered_mix`: IEEE float32 although the run set TF32);
+  :mod:`dadam3.mixing.ordered`: IEEE float32 although the run set TF32);
 * the backward graphs: every node of every graph handed to ``torch.autograd.grad`` holds
   CUDA metadata and reaches the requested inputs (see "unchecked" for why the engine
   itself does not run);
@@ -83,12 +83,12 @@ except ImportError:
 import dadam3.gan.finiteness as finiteness_mod
 import dadam3.gan.stacked as stacked_mod
 import dadam3.run.state as state_mod
-import dadam3.run.trainer as trainer_mod
 import dadam3.run.start as build_mod
 from dadam3.run.config import CONFIG_DIR
 from dadam3.data import NodeSampler, TensorImages
 from dadam3.gan.cuda_graph import IterationGraph
-from dadam3.ordered_mix import RoundTerms
+from dadam3.gan.iteration import GANStep
+from dadam3.mixing.ordered import RoundTerms
 from dadam3.run.schema import train_settings
 
 CUDA = torch.device("cuda", 0)          # what fake tensors created for "cuda" report
@@ -293,13 +293,13 @@ def test_the_harness_catches_device_mismatches(fake_cuda, tmp_path, monkeypatch)
     """eps drawn on the CPU (the kind of bug this file is for) fails the step; so does a
     CPU leaf in a graph handed to autograd."""
     t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32"]), tmp_path)
-    draw = trainer_mod.WGANTrainer._draw
+    draw = GANStep._draw
 
     def eps_on_cpu(self):
         real, z, eps = draw(self)
         return real, z, torch.rand(eps.shape, dtype=eps.dtype)
 
-    monkeypatch.setattr(trainer_mod.WGANTrainer, "_draw", eps_on_cpu)
+    monkeypatch.setattr(GANStep, "_draw", eps_on_cpu)
     with pytest.raises(FakeTensorDeviceMismatchError):
         t.train_step()
 
@@ -316,12 +316,12 @@ def test_captured_iteration_logic_on_fake_cuda(fake_cuda, tmp_path):
     cuda, and nothing reads a value on the host (a fake tensor has none: it would raise)."""
     h = fake_cuda
     t = build_mod.build_trainer(cuda_settings(IMAGES + ["model=dcgan32", "optimizer=dadam3"]), tmp_path / "run")
-    t.iteration_graph = IterationGraph(t._iteration, t._draw, (t.G, t.D), (t.opt_d, t.opt_g), t.state.mixer,
-                                       warmup=1, emulate=True)
+    t.step.iteration_graph = IterationGraph(t.step._iteration, t.step._draw, (t.G, t.D), (t.opt_d, t.opt_g),
+                                            t.state.mixer, warmup=1, emulate=True)
     scalars = []
     for _ in (1, 2):
         out = t.train_step()
-        assert t.iteration_graph.reason is None and on_cuda(*out.values(), *state_tensors(t))
+        assert t.step.iteration_graph.reason is None and on_cuda(*out.values(), *state_tensors(t))
         scalars.append([f.scalars for opt in (t.opt_d, t.opt_g) for f in opt.flat])
     assert on_cuda(*scalars[0]) and all(a is b for a, b in zip(*scalars))     # one tensor, rewritten in place
     assert t.opt_g.k == t.opt_d.k == 2 and h.mixes and all(m == CUDA for m in h.mixes)

@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from dadam3 import gossip_study as gs
 from dadam3.optim import mixer_for
 from dadam3.run.schema import compose
-from dadam3.topology import build_topology, spectral_gap_rho
+from dadam3.topologies import build_topology
+from dadam3.topologies.checks import spectral_gap_rho
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""loop.lr_warmup (dadam3/run/trainer.py): iteration k steps with lr · min(1, k / N), both players,
+"""loop.lr_warmup (dadam3/gan/iteration.py): iteration k steps with lr · min(1, k / N), both players,
 every optimizer alike; the configured lr stays in the optimizers (and checkpoints), so a resume
 mid-warm-up ends where an uninterrupted run does, in float64."""
 import os

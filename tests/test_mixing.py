@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from dadam3.mixing import LocalMixer, ieee_fp32_matmul
-from dadam3.topology import TOPOLOGIES, build_topology, ring
+from dadam3.topologies import TOPOLOGIES, build_topology
+from dadam3.topologies.ring import ring
 
 
 def local_mixer(name, nodes, rounds=1, **kw):
@@ -22,7 +23,7 @@ def supported_nodes(name, nodes):
     return next(n for n in range(nodes, 8 * nodes) if TOPOLOGIES[name].supports(n))
 
 
-@pytest.mark.parametrize("name", list(TOPOLOGIES))
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
 def test_mixing_preserves_node_average(name):
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(8, 3, 2, generator=g, dtype=torch.float64), torch.randn(8, 5, generator=g, dtype=torch.float64)]
@@ -103,14 +104,14 @@ def test_cuda_float32_gossip_is_not_tf32(matmul_precision):
     assert matmul_precision.fp32_precision == "tf32"
 
 
-# ---- the stencil kernel (dadam3.mixing.stencil_mix) ------------------------------------------
+# ---- the stencil kernel (dadam3.mixing.stencil.stencil_mix) ------------------------------------------
 
 def _random_rows(M, P=7, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(M, P, generator=g, dtype=torch.float64), torch.randn(M, 3, 2, generator=g, dtype=torch.float64)]
 
 
-@pytest.mark.parametrize("name", list(TOPOLOGIES))
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
 @pytest.mark.parametrize("nodes,rounds", [(5, 1), (8, 2), (9, 3)])
 def test_stencil_mix_equals_the_matmul_in_float64(name, nodes, rounds):
     """Every topology, multi-round and time-varying schedules (k = 1..6 walks the phases)."""
@@ -148,7 +149,7 @@ def test_ordered_and_stencil_run_no_matmul_so_float32_cannot_be_tf32():
 
 
 def test_auto_kernel_chooses_by_device_and_graph_density():
-    from dadam3.mixing import cyclic_shifts, use_stencil
+    from dadam3.mixing.stencil import cyclic_shifts, use_stencil
     shifts = {name: len(cyclic_shifts(build_topology(name, 15).operator(1))[0])
               for name in ("ring", "torus", "complete")}
     assert shifts["ring"] == 3 and shifts["complete"] == 15
@@ -185,7 +186,7 @@ def test_compiled_stencil_is_one_generated_kernel_and_equal_in_float64():
     kernel per flat buffer (each row read once, written once), equal to the matmul."""
     from torch._inductor import metrics
 
-    from dadam3.mixing import compiled_stencil_mix, cyclic_shifts
+    from dadam3.mixing.stencil import compiled_stencil_mix, cyclic_shifts
     topo = build_topology("ring", 5)
     shifts, coeffs = cyclic_shifts(topo.operator(1))
     x = _random_rows(5, P=1000)[0]

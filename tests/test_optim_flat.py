@@ -18,7 +18,7 @@ from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, build_optimizer
 from dadam3.optim import step_together
 from dadam3.optim.flat import same_memory
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 M = 4
 SHAPES = [(3, 2, 2), (5,), (1,), (2, 3)]

@@ -26,7 +26,10 @@ from dadam3.optim.elementwise import sign
 from dadam3.optim.hparams import LR, HParam
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 
+from names import plausible_name
+
 ROOT = Path(__file__).resolve().parents[1]
+NAME = plausible_name(optim.OPTIMIZERS, "osign")       # plausible, and no registered optimizer's
 OSIGN = '''"""Optimistic sign method: D_k = sign(G_k) * scale on the two-sequence skeleton."""
 from typing import NamedTuple
 
@@ -40,7 +43,7 @@ class SignScalars(NamedTuple):
     scale: float
 
 
-@optimizer("osign")
+@optimizer("NAME")
 class OptimisticSign(OptimisticGossip):
     HPARAMS = {"lr": LR, "scale": HParam(1.0, 0.0, None, low_open=True)}
     STATE = {"steps": 0.0}
@@ -63,12 +66,12 @@ RUN = textwrap.dedent('''
     from dadam3.games.synthetic_run import run_synthetic
     from dadam3.run.loggers import read_jsonl
     from dadam3.run.schema import compose, synthetic_settings
-    t = train(TOY + ["optimizer=osign", "optimizer.scale=0.5", "loop.iterations=4"], sys.argv[1])
+    t = train(TOY + ["optimizer=NAME", "optimizer.scale=0.5", "loop.iterations=4"], sys.argv[1])
     recs = read_jsonl(sys.argv[1] + "/metrics.jsonl")
     p = next(t.G.parameters())
-    hp = dict(synthetic_settings(compose("synthetic", ["optimizer=osign"])).optimizer.hparams)
+    hp = dict(synthetic_settings(compose("synthetic", ["optimizer=NAME"])).optimizer.hparams)
     game = SyntheticGame(c=1010, k=0.01)
-    runs = {e: run_synthetic(game, "osign", hp, nodes=3, iterations=50, engine=e) for e in ("numba", "torch")}
+    runs = {e: run_synthetic(game, "NAME", hp, nodes=3, iterations=50, engine=e) for e in ("numba", "torch")}
     print(json.dumps({"status": recs[-1]["status"], "finite": math.isfinite(recs[-2]["loss_d"]),
                       "steps": t.opt_g.state[p]["steps"].unique().tolist(),
                       "d": sorted(set(t.opt_g.state[p]["d"].unique().tolist())), "synthetic_hp": hp,
@@ -76,6 +79,9 @@ RUN = textwrap.dedent('''
                                                          rtol=1e-12, atol=1e-15)),
                       "moved": float(abs(runs["numba"].final_point).max())}))
 ''')
+
+
+OSIGN, RUN = OSIGN.replace("NAME", NAME), RUN.replace("NAME", NAME)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +94,7 @@ def tree_with_osign(tmp_path_factory):
             (tree / part).symlink_to(Path(*(ROOT / part).readlink().parts))
         else:
             shutil.copytree(ROOT / part, tree / part, ignore=ignore, symlinks=True)
-    (tree / "dadam3" / "optim" / "osign.py").write_text(OSIGN)       # the one file: the algorithm, registered
+    (tree / "dadam3" / "optim" / f"{NAME}.py").write_text(OSIGN)       # the one file: the algorithm, registered
     return tree
 
 
@@ -101,7 +107,7 @@ def in_tree(tree, *args, timeout=900):
 @pytest.mark.slow
 def test_the_suites_optimizer_tests_pass_with_an_optimizer_added_the_readme_way(tree_with_osign):
     r = in_tree(tree_with_osign, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
-                "tests/test_schema_optimizer.py", "tests/test_schema.py", "-k", "osign")
+                "tests/test_schema_optimizer.py", "tests/test_schema.py", "-k", NAME)
     assert r.returncode == 0 and " passed" in r.stdout and " failed" not in r.stdout, (r.stdout + r.stderr)[-3000:]
 
 
@@ -145,11 +151,12 @@ class TorchSign(OptimisticSign):
 
 
 def test_math_numba_cannot_compile_runs_through_torch_on_the_synthetic_game(monkeypatch):
-    monkeypatch.setitem(optim.OPTIMIZERS, "tsign", optim.Spec("tsign", TorchSign))
+    name = plausible_name(optim.OPTIMIZERS, "tsign")
+    monkeypatch.setitem(optim.OPTIMIZERS, name, optim.Spec(name, TorchSign))
     assert kernel_for(TorchSign) is None
     game = SyntheticGame(c=1010, k=0.01)
-    kernel = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, engine="numba")
-    torch_ = run_synthetic(game, "tsign", {"lr": 1e-3}, nodes=3, iterations=50, engine="torch")
+    kernel = run_synthetic(game, name, {"lr": 1e-3}, nodes=3, iterations=50, engine="numba")
+    torch_ = run_synthetic(game, name, {"lr": 1e-3}, nodes=3, iterations=50, engine="torch")
     assert (kernel.final_point == torch_.final_point).all()   # the torch optimizer ran for both
 
 

@@ -23,7 +23,7 @@ from dadam3.games.synthetic_kernels import kernel_for
 from dadam3.games.synthetic_run import run_synthetic
 from dadam3.mixing import LocalMixer
 from dadam3.optim import OPTIMIZERS, build_optimizer, mixer_for
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 W3 = [[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.25, 0.25, 0.5]]
 TINY_EPS = 1e-300          # sqrt(v) + 1e-300 == sqrt(v) in float64 for every v reached here

@@ -27,7 +27,7 @@ from dadam3.mixing import LocalMixer
 from dadam3.optim.base import NodeOptimizer
 from dadam3.optim.hparams import LR
 from dadam3.optim.skeletons import PARAMS, Round, into_own
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 

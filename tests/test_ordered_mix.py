@@ -1,4 +1,4 @@
-"""Results that do not depend on the number of ranks, in float32 too (:mod:`dadam3.ordered_mix`).
+"""Results that do not depend on the number of ranks, in float32 too (:mod:`dadam3.mixing.ordered`).
 
 Each gossip round sums every node's terms in ascending node index, one rounding per product
 and per sum, in the simulator and in every rank alike; so the mixed rows are equal bit for
@@ -21,7 +21,7 @@ from dadam3.run.checkpoint import checkpoint_path, load
 from dadam3.distributed import DistributedMixer, node_blocks
 from dadam3.mixing import LocalMixer
 from dadam3.run.loggers import read_jsonl
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 from test_distributed_mixer import _launch, _node_rows
 from trainer_runs import train

@@ -1,4 +1,4 @@
-"""The ordered gossip round as one Triton kernel (:mod:`dadam3.ordered_mix_triton`), checked on
+"""The ordered gossip round as one Triton kernel (:mod:`dadam3.mixing.ordered_triton`), checked on
 the CPU: the kernel itself in Triton's interpreter (CPU tensors run it there: numpy, one
 program at a time), its generated PTX compiled ahead of time for sm_90 (no GPU needed), and the
 mixer's dispatch to it on fake CUDA tensors. On a GPU, ``scripts/gpu_round3.sh`` checks the
@@ -13,12 +13,12 @@ triton = pytest.importorskip("triton", reason="Triton is not installed (it ships
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from dadam3 import ordered_mix_triton as kernel  # noqa: E402
+from dadam3.mixing import ordered_triton as kernel  # noqa: E402
 from dadam3.distributed import node_blocks  # noqa: E402
 from op_census import ByteCensus  # noqa: E402
 from dadam3.mixing import LocalMixer  # noqa: E402
-from dadam3.ordered_mix import RoundTerms  # noqa: E402
-from dadam3.topology import build_topology  # noqa: E402
+from dadam3.mixing.ordered import RoundTerms  # noqa: E402
+from dadam3.topologies import build_topology  # noqa: E402
 
 CASES = [(5, "ring", {}), (7, "erdos_renyi", {"p": 0.5, "seed": 1}), (6, "one_peer_exponential", {}),
          (4, "complete", {})]

@@ -80,7 +80,7 @@ def test_section_on_hand_made_cells(tree):
 
 def test_torus_rows_is_the_layout_topology_builds():
     import numpy as np
-    from dadam3.topology import torus
+    from dadam3.topologies.torus import torus
     for M in (16, 64, 12):
         rows = sg.torus_rows(M)
         np.testing.assert_array_equal(torus(M), torus(M, rows=rows))

@@ -64,8 +64,11 @@ def test_files_that_are_no_checkpoint_are_one_line_before_any_training(tmp_path)
     truncated.write_bytes(checkpoint_path(run).read_bytes()[:2000])
     other = tmp_path / "weights.pt"
     torch.save({"weight": torch.zeros(2)}, other)
+    signed = tmp_path / "signed.pt"                        # another program's file, with a checksum file
+    atomic_save({"weight": torch.zeros(2)}, signed)
     cases = [(not_ckpt, "not a readable checkpoint"), (truncated, "not a readable checkpoint"),
-             (other, "not a checkpoint of python -m dadam3.train")]
+             (other, "no weights.pt.sha256 beside it, which every checkpoint of this code has"),
+             (signed, "not a checkpoint of python -m dadam3.train")]
     for path, says in cases:
         with pytest.raises(ConfigError) as e:
             build_trainer(train_settings(config(TOY + ["loop.iterations=5", f"resume={path}"])), tmp_path / "fresh")

@@ -180,7 +180,8 @@ CHECKSUMS = {   # case: (the checksum file from (hash, name), damage the checkpo
     "empty": (lambda h, n: "", None, 2, "unreadable checksum file last.pt.sha256 (empty"),
     "garbage": (lambda h, n: "not a hash\n", _flip_a_byte, 2, "unreadable checksum file last.pt.sha256 (line 1 "),
     "short hash": (lambda h, n: _gnu(h[:40], n), None, 2, "unreadable checksum file"),
-    "no checksum, NaN weights": (None, _nan_weights, 2, "damaged checkpoint: "),
+    "no checksum, NaN weights": (None, _nan_weights, 2, "no last.pt.sha256 beside it, which every checkpoint of this "
+                                                        "code has"),
 }
 
 
@@ -204,8 +205,6 @@ def test_a_checksum_is_read_in_sha256sums_formats_or_refused(trained, tmp_path, 
         assert [x for x in r.stderr.splitlines() if x.strip()] == [said(r.stderr)[0]], r.stderr
         assert said(r.stderr)[0].startswith(f"error: resume={run}") and words in r.stderr, r.stderr
         assert "diverged" not in r.stderr and (run / "metrics.jsonl").read_bytes() == log
-    if case == "no checksum, NaN weights":
-        assert "holds NaN" in r.stderr
 
 
 # ---------------------------------------------------------------- 8: whole files under a temporary name, renamed
@@ -268,7 +267,7 @@ REFUSED = [     # (entry point, its arguments, the line's start): one line, exit
     ("dadam3.synthetic", ["nodes=-1", "hydra.run.dir={tmp}/r"], "error: nodes=-1"),
     ("dadam3.train", ["resume={tmp}/run", "optimizer.lr=1e-3,5e-3", "--multirun", "hydra.sweep.dir={tmp}/s"],
      "error: resume={tmp}/run: cannot be combined with a --multirun over optimizer.lr=1e-3,5e-3"),
-    ("dadam3.distributed.launch", ["--standalone", "--nproc-per-node=2", "-m", "dadam3.train",
+    ("dadam3.launch", ["--standalone", "--nproc-per-node=2", "-m", "dadam3.train",
                                    "experiment=toy_gaussians", "placement=distributed", "loop.iterations=10",
                                    "loop.lr_warmup=11", "hydra.run.dir={tmp}/r"], "error: loop.lr_warmup=11"),
     ("dadam3.gossip_study", ["--smoke", "--jobs", "64", "--out", "{tmp}/g"], "error: --jobs=64: more than the study's"),

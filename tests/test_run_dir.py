@@ -15,7 +15,8 @@ import pytest
 from dadam3.metrics.spec import FidelitySpec
 from dadam3.run import hydra_dirs
 from dadam3.run.command_line import check_command_line
-from dadam3.run.checkpoint import RUN_ID_FILE, atomic_save, checkpoint_path, load, read_run_id
+from dadam3.run.checkpoint import atomic_save, checkpoint_path, load, read_run_id
+from dadam3.run.checkpoint.files import checksum_path
 from dadam3.errors.config import ConfigError
 from dadam3.run.directory import LOCK_FILE, check_run_dir
 from dadam3.run.loggers import read_jsonl
@@ -42,6 +43,12 @@ def snapshot(run):
             if p.is_file() and p.name != ".lock"}
 
 
+def copy_checkpoint(src: Path, dst: Path) -> None:
+    """A copy of a checkpoint as a user makes one that resumes: the file and its checksum file."""
+    shutil.copy(src, dst)
+    shutil.copy(checksum_path(src), checksum_path(dst))
+
+
 def run_cli(*args, cwd=ROOT):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "dadam3.train", *args], capture_output=True, text=True, cwd=cwd,
@@ -61,11 +68,11 @@ def test_a_checkpoint_that_is_not_its_runs_own_is_refused_and_touches_nothing(tm
     assert read_run_id(a) and read_run_id(a) != read_run_id(b)
     assert load(checkpoint_path(a))["run_id"] == read_run_id(a)
     (a / "backup").mkdir()
-    shutil.copy(checkpoint_path(a), a / "backup" / "it5.pt")              # a copy outside a/checkpoints/
+    copy_checkpoint(checkpoint_path(a), a / "backup" / "it5.pt")          # a copy outside a/checkpoints/
     b_other = b / "checkpoints" / "from_a.pt"
-    shutil.copy(checkpoint_path(a), b_other)                               # another run's checkpoint under b
+    copy_checkpoint(checkpoint_path(a), b_other)                           # another run's checkpoint under b
     scratch.mkdir()
-    shutil.copy(checkpoint_path(a), scratch / "last.pt")                   # a scratch directory
+    copy_checkpoint(checkpoint_path(a), scratch / "last.pt")               # a scratch directory
     before = {d: snapshot(d) for d in (a, b, scratch)}
     cases = [(a / "backup" / "it5.pt", "is not in a run's checkpoints/ directory"),
              (b_other, f"the checkpoint belongs to another run (run id {read_run_id(a)}), not to {b}"),
@@ -88,26 +95,19 @@ def test_a_checkpoint_that_is_not_its_runs_own_is_refused_and_touches_nothing(tm
     assert load(checkpoint_path(tmp_path / "new"))["run_id"] == read_run_id(tmp_path / "new")
 
 
-def test_a_checkpoint_written_before_run_ids_continues_only_in_its_own_run(tmp_path):
-    """Decided for old checkpoints (no run id): accepted in <run>/checkpoints/ of a run without an
-    id whose metrics.jsonl is there and whose config_resolved.yaml is the checkpoint's config."""
+def test_a_checkpoint_written_before_run_ids_is_refused_in_one_line_before_anything_is_written(tmp_path):
+    """The format before run ids (no ``run_id`` in the checkpoint): one line naming it, its run untouched."""
     run = tmp_path / "run"
     train(TOY + ["loop.iterations=3"], run)
     ckpt = load(checkpoint_path(run))
     del ckpt["run_id"]
     atomic_save(ckpt, checkpoint_path(run))
-    with pytest.raises(ConfigError, match=f"no run id .an older version's. and {run} has one .run id "):
-        resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")     # a run with an id: not its own
-    (run / RUN_ID_FILE).unlink()
-    (run / "config_resolved.yaml").write_text("seed: 99\n")               # not the checkpoint's run
-    with pytest.raises(ConfigError, match="no run id .an older version's."):
+    before = snapshot(run)
+    with pytest.raises(ConfigError) as e:
         resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
-    from omegaconf import OmegaConf
-    (run / "config_resolved.yaml").write_text(OmegaConf.to_yaml(ckpt["config"]))
-    t = resume(TOY + ["loop.iterations=5", f"resume={run}"], tmp_path / "x")
-    t.fit()
-    t.finish()
-    assert read_run_id(run) is not None and load(checkpoint_path(run))["run_id"] == read_run_id(run)
+    assert str(e.value) == (f"resume={checkpoint_path(run)}: a checkpoint of an earlier format (before run ids: it "
+                            "names no run): resume it with the version that wrote it, or start a new run")
+    assert snapshot(run) == before and not (tmp_path / "x").exists()
 
 
 @pytest.mark.slow
@@ -115,7 +115,7 @@ def test_the_cli_refuses_a_backup_checkpoint_and_continues_it_only_where_named(t
     run = tmp_path / "run"
     assert run_cli(*FAST, "loop.iterations=3", f"hydra.run.dir={run}").returncode == 0
     (run / "backup").mkdir()
-    shutil.copy(checkpoint_path(run), run / "backup" / "it3.pt")
+    copy_checkpoint(checkpoint_path(run), run / "backup" / "it3.pt")
     before = snapshot(run)
     r = run_cli("loop.iterations=5", f"resume={run / 'backup' / 'it3.pt'}", cwd=tmp_path)
     last = r.stderr.strip().splitlines()[-1]

@@ -11,12 +11,14 @@ from dadam3.run.config import CONFIG_DIR
 from dadam3.run.schema.presets import group_choices
 from dadam3.errors.config import ConfigError
 from dadam3.optim import OPTIMIZERS, optimizer_spec
+from dadam3.run.checkpoint import atomic_save
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND
 from dadam3.run.directory import check_run_dir
 from dadam3.run.schema import (TrainConfig, compose, may_change_on_resume, synthetic_settings,
                                train_settings)
 from dadam3.run.schema.groups import GROUPS, option_schema
 
+from names import plausible_name
 from trainer_runs import cli
 
 MODEL_FOR = {"gaussians": "mlp", "celeba": "dcgan64", "imagenette": "dcgan64"}
@@ -162,19 +164,21 @@ def test_a_schema_made_for_a_registered_topology_pickles(monkeypatch):
     """A topology added to the registry with options of its own has a schema made from its builder;
     a launcher (submitit) pickles it (the composed config is typed by it, and the settings) as it
     does an optimizer's."""
-    from dadam3.topology import TOPOLOGIES, Builder
-    monkeypatch.setitem(TOPOLOGIES, "pickled_ring", Builder(lambda nodes, weight=0.5: None, ("weight",)))
-    cls = option_schema("topology", "pickled_ring")
-    node = OmegaConf.structured(cls(name="pickled_ring"))
+    from dadam3.topologies import TOPOLOGIES, Builder
+    name = plausible_name(TOPOLOGIES, "pickled_ring")
+    monkeypatch.setitem(TOPOLOGIES, name, Builder(lambda nodes, weight=0.5: None))
+    cls = option_schema("topology", name)
+    node = OmegaConf.structured(cls(name=name))
     assert pickle.loads(pickle.dumps(cls)) is cls and pickle.loads(pickle.dumps(node)) == node
 
 
 def test_a_checkpoint_from_before_the_loop_group_is_refused_on_resume(tmp_path):
     config = OmegaConf.to_container(compose("train", ["experiment=toy_gaussians"]), resolve=True)
     old = {k: v for k, v in config.items() if k != "loop"} | config["loop"]
-    (tmp_path / "checkpoints").mkdir()
-    torch.save({"kind": CHECKPOINT_KIND, "config": old, "iteration": 3}, tmp_path / "checkpoints" / "last.pt")
-    with pytest.raises(ConfigError, match=r"a checkpoint of an older version \(top-level iterations"):
+    atomic_save({"kind": CHECKPOINT_KIND, "config": old, "iteration": 3, "run_id": "0" * 32, "record_on_grid": True},
+                tmp_path / "checkpoints" / "last.pt")
+    with pytest.raises(ConfigError, match=r"a checkpoint of an earlier format \(before the loop group: top-level "
+                                          r"iterations"):
         check_run_dir(tmp_path / "x", str(tmp_path), config)
 
 
@@ -203,18 +207,20 @@ def _library_defaults():
     from dadam3.gan import cuda_graph, nets, samples, wgan_gp
     from dadam3.metrics import evaluation
     from dadam3.metrics.spec import FidelitySpec
-    from dadam3.topology import build_topology, erdos_renyi
+    from dadam3.topologies import build_topology
+    from dadam3.topologies.erdos_renyi import erdos_renyi
+    from dadam3.topologies.explicit import explicit
+    from dadam3.topologies.torus import torus
     train, synthetic = "train", "synthetic"
     pts, fk = ["dataset=gaussians", "model=mlp"], ["dataset=fake"]
     return [
         (build_topology, "rounds", train, [], "topology.rounds"),
-        (build_topology, "rows", train, ["topology=torus"], "topology.rows"),
-        (build_topology, "p", train, ["topology=erdos_renyi"], "topology.p"),
-        (build_topology, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
+        (torus, "rows", train, ["topology=torus"], "topology.rows"),
+        (erdos_renyi, "p", train, ["topology=erdos_renyi"], "topology.p"),
         (erdos_renyi, "seed", train, ["topology=erdos_renyi"], "topology.seed"),
-        (build_topology, "matrix", train, ["topology=explicit"], "topology.matrix"),
-        (build_topology, "file", train, ["topology=explicit"], "topology.file"),
-        (build_topology, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
+        (explicit, "matrix", train, ["topology=explicit"], "topology.matrix"),
+        (explicit, "file", train, ["topology=explicit"], "topology.file"),
+        (explicit, "require_symmetric", train, ["topology=explicit"], "topology.require_symmetric"),
         (nets.build_nets, "width", train, [], "model.width"),
         (nets.build_nets, "init", train, [], "model.init"),
         (nets.build_nets, "bias_before_norm", train, [], "model.bias_before_norm"),

@@ -15,9 +15,11 @@ from dadam3.run.schema.presets import group_choices
 from dadam3.errors.config import ConfigError
 from dadam3.optim import optimizer_spec
 from dadam3.run.schema import compose, synthetic_settings, train_settings
-from dadam3.run.schema.fields import Choice, Int, Num, OptionName, boolean, matrix_rows, text
+from dadam3.run.schema.fields import Choice, Int, Num, OptionName, boolean, text
 from dadam3.run.schema.groups import GROUPS
-from dadam3.run.schema.topologies import divisor
+from dadam3.topologies.erdos_renyi import graph_seed, probability
+from dadam3.topologies.explicit import matrix_rows, path_text
+from dadam3.topologies.torus import divisor
 from dadam3.run.schema.runs import SyntheticConfig, TrainConfig
 from dadam3.train import build_trainer
 
@@ -39,13 +41,13 @@ WRONG = {"int": ["1.5", *NUMBER], "float": NUMBER, "bool": ["abc", "1", "[true]"
 def kind(f) -> str | None:
     """What type a schema field holds, from its check (else its annotation)."""
     check = f.metadata.get("check")
-    if isinstance(check, Int):
+    if isinstance(check, Int) or check is graph_seed:
         return "int"
-    if isinstance(check, Num) or check is divisor or f.type in ("float", "Optional[float]"):
+    if isinstance(check, Num) or check in (divisor, probability) or f.type in ("float", "Optional[float]"):
         return "float"
     if check is boolean:
         return "bool"
-    if isinstance(check, (Choice, OptionName)) or check is text or f.type in ("str", "Optional[str]"):
+    if isinstance(check, (Choice, OptionName)) or check in (text, path_text) or f.type in ("str", "Optional[str]"):
         return "str"
     if check is matrix_rows:
         return "matrix"

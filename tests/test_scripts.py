@@ -137,6 +137,24 @@ TINY = ["loop.n_critic=1", "model.hidden=8", "loop.batch_size=8", "loop.iteratio
 
 
 @pytest.mark.slow
+def test_toy_gaussians_trains_a_run_without_provenance_again_and_skips_one_with_it(tmp_path, fake_python):
+    """A finished run written before runs recorded their code (no provenance.json) is trained again
+    in its directory (overwrite=true); a finished run with its provenance.json is skipped."""
+    env, log = fake_python
+    for opt in ("dadam3", "dosg", "dp_oadam"):
+        (tmp_path / opt).mkdir()
+        (tmp_path / opt / "metrics.jsonl").write_text('{"iteration": 2, "status": "finished", "time": 1.0}\n')
+    (tmp_path / "dosg" / "provenance.json").write_text("{}")
+    r = subprocess.run(["bash", "scripts/toy_gaussians.sh"], cwd=ROOT, env={**env, "TOY_OUT": str(tmp_path)},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    calls = [c for c in log.read_text().splitlines() if "dadam3.train" in c]
+    assert [c.split("optimizer=")[1].split()[0] for c in calls] == ["dadam3", "dp_oadam"]
+    assert all("overwrite=true" in c and f"hydra.run.dir={tmp_path}/" in c for c in calls)
+    assert f"{tmp_path}/dadam3: no provenance.json (trained before runs recorded their code): trained again" in r.stdout
+    assert f"{tmp_path}/dosg: finished, skipped" in r.stdout
+
+
 def test_toy_gaussians_skips_a_diverged_run_and_draws_the_figure(tmp_path):
     """Real runs at tiny settings: DOSG's directory holds a diverged run (after one evaluation);
     the other two train, the figure is drawn with DOSG labelled diverged, and a rerun trains

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from dadam3.optim import OPTIMIZERS
 from dadam3.run.schema import compose
+from dadam3.topologies import TOPOLOGIES
 
+from names import allowed_names, unused_name
 from trainer_runs import one_line
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,12 +91,10 @@ def test_multirun_flag_between_the_overrides_sweeps(tmp_path):
     (["optimizer.beta3=-0.5"], "optimizer.beta3=-0.5: must be in [0, 1)"),
     (["optimizer.lr=0"], "optimizer.lr=0: must be in (0, inf)"),
     (["nodes=0"], "nodes=0: must be an integer >= 1"),
-    (["optimizer=adamw"], "optimizer=adamw: unknown optimizer; allowed: adam3, cadam3"),
-    (["topology=hypercube"], "topology=hypercube: unknown topology; allowed: complete, erdos_renyi"),
     (["topology=explicit", "nodes=2", "topology.matrix=[[0.5,0.4],[0.5,0.5]]"],
      "topology.matrix=row 0 sums to 0.9: mixing matrix must be doubly stochastic"),
     (["optimizer=adam3"], "nodes=5: optimizer=adam3 is the single-node algorithm"),
-    (["backend=torch"], "backend=torch: is now engine: use engine=torch"),
+    (["backend=torch"], "backend=torch: unknown key"),          # the engine's name before engine=: no longer known
     (["engine=kernel"], "engine=kernel: unknown value; allowed: numba, torch"),
 ])
 def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
@@ -102,6 +103,19 @@ def test_bad_input_is_one_line_and_nonzero_exit(args, key, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: " + key), r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+@pytest.mark.parametrize("group", ["optimizer", "topology"])
+def test_an_unknown_optimizer_or_topology_is_one_line_listing_the_registry(group, tmp_path):
+    """A name no registry holds (made up: never one a user may add) is one line that lists every
+    registered name, in whatever order."""
+    registry = {"optimizer": OPTIMIZERS, "topology": TOPOLOGIES}[group]
+    name = unused_name(registry)
+    r = synthetic(f"{group}={name}", "iterations=10", f"hydra.run.dir={tmp_path}")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: {group}={name}: unknown {group}; allowed: "), lines
+    assert set(registry) <= allowed_names(lines[0])
 
 
 def _files(d):

@@ -2,12 +2,19 @@
 import numpy as np
 import pytest
 
-from dadam3 import topology as T
-from dadam3 import topology_checks as C
+from dadam3 import topologies as T
 from dadam3.errors.config import ConfigError
+from dadam3.topologies import checks as C
+from dadam3.topologies.complete import complete
+from dadam3.topologies.erdos_renyi import erdos_renyi
+from dadam3.topologies.exponential import exponential
+from dadam3.topologies.ring import ring
+from dadam3.topologies.star import star
+from dadam3.topologies.torus import torus
 from dadam3.run.schema import train_settings
 from dadam3.train import build_trainer
 
+from names import allowed_names, unused_name
 from trainer_runs import TOY, config
 
 
@@ -18,52 +25,52 @@ def assert_doubly_stochastic(W):
 
 
 def test_ring_matches_paper_definition():
-    W = T.ring(5)
+    W = ring(5)
     expected = np.array([[1, 1, 0, 0, 1], [1, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 0, 1, 1, 1], [1, 0, 0, 1, 1]]) / 3
     np.testing.assert_array_equal(W, expected)
     # eigenvalues (1 + 2 cos(2 pi j / 5)) / 3  ->  rho = (1 + 2 cos(72 deg)) / 3
-    assert T.spectral_gap_rho(W) == pytest.approx((1 + 2 * np.cos(2 * np.pi / 5)) / 3)
+    assert C.spectral_gap_rho(W) == pytest.approx((1 + 2 * np.cos(2 * np.pi / 5)) / 3)
 
 
 def test_ring_small_m():
-    np.testing.assert_array_equal(T.ring(1), [[1.0]])
-    np.testing.assert_array_equal(T.ring(2), [[0.5, 0.5], [0.5, 0.5]])
-    np.testing.assert_allclose(T.ring(3), np.full((3, 3), 1 / 3))
+    np.testing.assert_array_equal(ring(1), [[1.0]])
+    np.testing.assert_array_equal(ring(2), [[0.5, 0.5], [0.5, 0.5]])
+    np.testing.assert_allclose(ring(3), np.full((3, 3), 1 / 3))
     for M in (1, 2, 3, 4, 7):
-        assert_doubly_stochastic(T.ring(M))
+        assert_doubly_stochastic(ring(M))
 
 
 def test_complete_is_exact_averaging():
-    W = T.complete(4)
+    W = complete(4)
     np.testing.assert_allclose(W, 0.25)
-    assert T.spectral_gap_rho(W) == pytest.approx(0.0, abs=1e-12)
+    assert C.spectral_gap_rho(W) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_torus_3x3_has_weight_one_fifth():
-    W = T.torus(9)
+    W = torus(9)
     assert_doubly_stochastic(W)
     np.testing.assert_allclose(W, W.T)
     for i in range(9):
         nz = np.nonzero(W[i])[0]
         assert len(nz) == 5 and np.allclose(W[i, nz], 0.2)
     # 2 x 3 torus: vertical neighbours coincide, MH weights still valid
-    W23 = T.torus(6, rows=2)
+    W23 = torus(6, rows=2)
     assert_doubly_stochastic(W23)
     with pytest.raises(ConfigError, match=r"^rows=4: must be an integer divisor of nodes=6$"):
-        T.torus(6, rows=4)
+        torus(6, rows=4)
 
 
 def test_star_exponential_erdos_renyi_are_symmetric_doubly_stochastic_connected():
-    for W in (T.star(6), T.exponential(8), T.erdos_renyi(10, 0.3, seed=1)):
+    for W in (star(6), exponential(8), erdos_renyi(10, p=0.3, seed=1)):
         assert_doubly_stochastic(W)
         np.testing.assert_allclose(W, W.T)
-        assert T.spectral_gap_rho(W) < 1
-    S = T.star(5)
+        assert C.spectral_gap_rho(W) < 1
+    S = star(5)
     assert S[0, 1] == pytest.approx(1 / 5) and S[1, 1] == pytest.approx(4 / 5) and S[1, 2] == 0
-    E = T.exponential(8)
+    E = exponential(8)
     assert set(np.nonzero(E[0])[0]) == {0, 1, 2, 4, 7, 6}  # 0 +- 1, 2, 4
-    np.testing.assert_array_equal(T.erdos_renyi(10, 0.3, seed=1), T.erdos_renyi(10, 0.3, seed=1))
-    assert not np.array_equal(T.erdos_renyi(10, 0.3, seed=1), T.erdos_renyi(10, 0.3, seed=2))
+    np.testing.assert_array_equal(erdos_renyi(10, p=0.3, seed=1), erdos_renyi(10, p=0.3, seed=1))
+    assert not np.array_equal(erdos_renyi(10, p=0.3, seed=1), erdos_renyi(10, p=0.3, seed=2))
 
 
 def test_one_peer_exponential_period_product_is_exact_average():
@@ -81,9 +88,9 @@ def test_one_peer_exponential_period_product_is_exact_average():
 
 def test_rounds_give_matrix_power_and_rho_t():
     topo = T.build_topology("ring", 6, rounds=3)
-    W = T.ring(6)
+    W = ring(6)
     np.testing.assert_allclose(topo.operator(1), W @ W @ W)
-    assert T.spectral_gap_rho(topo.operator(1)) == pytest.approx(topo.rho ** 3)
+    assert C.spectral_gap_rho(topo.operator(1)) == pytest.approx(topo.rho ** 3)
 
 
 def test_explicit_from_list_and_files(tmp_path):
@@ -126,9 +133,11 @@ def test_non_symmetric_rejected_unless_allowed():
 
 
 def test_bad_names_and_values():
-    with pytest.raises(ConfigError, match=r"^name=no_such_graph: unknown topology \(not in "
-                                              r"dadam3.topology.TOPOLOGIES\); allowed: ring, "):
-        T.build_topology("no_such_graph", 4)
+    name = unused_name(T.TOPOLOGIES)
+    with pytest.raises(ConfigError, match=rf"^name={name}: unknown topology \(not in "
+                                              r"dadam3.topologies.TOPOLOGIES\); allowed: ") as e:
+        T.build_topology(name, 4)
+    assert allowed_names(str(e.value)) == set(T.TOPOLOGIES)
     with pytest.raises(ConfigError, match=r"^nodes=0: must be an integer >= 1"):
         T.build_topology("ring", 0)
     with pytest.raises(ConfigError, match=r"^rounds=0"):
@@ -141,7 +150,7 @@ def test_bad_names_and_values():
 
 def _ring_off_by(delta):
     """The 5-node ring with every row and column summing to 1 + delta (within TOLERANCE)."""
-    return (T.ring(5) * (1 + delta)).tolist()
+    return (ring(5) * (1 + delta)).tolist()
 
 
 @pytest.mark.parametrize("source", ["matrix", "csv7", "npy"])
@@ -152,16 +161,16 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
     W[0, 0] += 4e-7                       # not a pure scaling: Sinkhorn has to work
     kw = {"matrix": W.tolist()}
     if source == "csv7":                   # a CSV of 7 significant digits
-        (tmp_path / "W.csv").write_text("\n".join(",".join(f"{v:.7g}" for v in row) for row in T.ring(5)) + "\n")
+        (tmp_path / "W.csv").write_text("\n".join(",".join(f"{v:.7g}" for v in row) for row in ring(5)) + "\n")
         kw = {"file": str(tmp_path / "W.csv")}
     elif source == "npy":
         np.save(tmp_path / "W.npy", W)
         kw = {"file": str(tmp_path / "W.npy")}
     assert C.stochastic_deviation(np.asarray(W)) > C.EXACT
-    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
+    with caplog.at_level("INFO", logger="dadam3.topologies.checks"):
         P = T.build_topology("explicit", 5, **kw).static_W
     assert C.stochastic_deviation(P) <= 1e-14 and np.array_equal(P, P.T) and np.all(P >= 0)
-    assert np.array_equal(P > 0, T.ring(5) > 0)                  # the graph is kept
+    assert np.array_equal(P > 0, ring(5) > 0)                  # the graph is kept
     lines = [r.getMessage() for r in caplog.records if "doubly stochastic scaling" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0] and lines[0].startswith(next(iter(kw)))
     x = np.random.default_rng(0).standard_normal((5, 3))
@@ -174,8 +183,8 @@ def test_nearly_stochastic_w_is_made_exactly_doubly_stochastic(tmp_path, caplog,
 
 def test_exact_builders_are_used_as_built(caplog):
     """W of every builder is already doubly stochastic to rounding: used bit for bit, no log line."""
-    with caplog.at_level("INFO", logger="dadam3.topology_checks"):
-        np.testing.assert_array_equal(T.build_topology("ring", 5).static_W, T.ring(5))
+    with caplog.at_level("INFO", logger="dadam3.topologies.checks"):
+        np.testing.assert_array_equal(T.build_topology("ring", 5).static_W, ring(5))
         for name in ("complete", "star", "exponential", "erdos_renyi", "torus"):
             assert C.stochastic_deviation(T.build_topology(name, 9).static_W) <= C.EXACT
     assert not caplog.records
@@ -209,9 +218,9 @@ def test_a_topology_file_that_is_no_matrix_is_one_line_before_any_training(tmp_p
         assert not (tmp_path / "fresh" / "metrics.jsonl").exists()
 
 
-@pytest.mark.parametrize("name", list(T.TOPOLOGIES))
+@pytest.mark.parametrize("name", sorted(T.TOPOLOGIES))
 def test_every_registered_topology_has_its_config_and_schema(name):
-    """One registry: each name of dadam3.topology.TOPOLOGIES is a config topology=NAME (made from
+    """One registry: each name of dadam3.topologies.TOPOLOGIES is a config topology=NAME (made from
     the registry: no YAML file), has a schema that allows it (dadam3/run/schema/groups.py reads
     the registry) and composes."""
     from dadam3.run.schema.presets import group_choices

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from dadam3.errors.config import ConfigError, check_choice, check_int, check_range
 from dadam3.data.partition import PARTITIONS, dirichlet_shards, split_shards
-from dadam3.topology import check_nodes
+from dadam3.topologies import check_nodes
 
 STATE_FORMAT = "dadam3.NodeSampler/1"
 

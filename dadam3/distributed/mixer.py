@@ -61,8 +61,8 @@ import torch.distributed as dist
 from dadam3.distributed.failures import DEFAULT_TIMEOUT_S, DistributedTimeout, check_timeout, first_line
 from dadam3.distributed.placement import node_blocks
 from dadam3.mixing import Mixer
-from dadam3.ordered_mix import RoundTerms
-from dadam3.topology import Topology
+from dadam3.mixing.ordered import RoundTerms
+from dadam3.topologies import Topology
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class DistributedMixer(Mixer):
     def _mix_group(self, tensors, out, k, dtype, device) -> None:
         """Tensors of one dtype and device, side by side in the columns of one buffer
         ``xc`` = X[C]: t rounds of exchange and ``(W X)[B] = W[B, C] X[C]``, each node's sum
-        in the fixed order of :class:`dadam3.ordered_mix.RoundTerms` (the simulator's)."""
+        in the fixed order of :class:`dadam3.mixing.ordered.RoundTerms` (the simulator's)."""
         L = self.local_nodes
         offsets = np.concatenate([[0], np.cumsum([t[0].numel() for t in tensors])]).tolist()
         plans = [(phase, self._plan(phase)) for phase in self._round_phases(k)]

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from dadam3.distributed.failures import DistributedTimeout, first_line
 from dadam3.distributed.startup import ProcessGroupInfo
 from dadam3.errors.config import ConfigError, check_int
-from dadam3.topology import check_nodes
+from dadam3.topologies import check_nodes
 
 
 def node_blocks(M: int, R: int) -> list[range]:

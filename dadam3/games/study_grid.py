@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from dadam3.errors.config import ConfigError
-from dadam3.topology import build_topology
+from dadam3.topologies import build_topology
 
 OPTIMIZERS = ("dadam3", "dp_oadam")
 NODES = (5, 16, 64)

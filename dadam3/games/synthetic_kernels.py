@@ -21,7 +21,11 @@ parameters (the gradient point) followed by the skeleton's own buffers; ``ops`` 
 cols [P, M, M], count [P, M]): ``W[(m-1) % P]`` is iteration m's mixing operator W_m^t and row i's
 nonzero columns are ``cols[., i, :count[., i]]`` (:func:`dadam3.games.synthetic_run.sparse_operators`).
 
-An algorithm whose math numba cannot compile runs on the game through the torch optimizers
+Every skeleton runs compiled, the two-gradient one too (extra-gradient: a local round, ``into <-
+work`` without gossip, and a round that takes the gradient again at the parameters, on the
+iteration's same sample, before its phase; the algorithm's scalars at its two ticks 2k - 1 and 2k,
+as :meth:`~dadam3.optim.skeletons.extragradient.ExtraGradientGossip.step_scalars` gives them). An
+algorithm whose math numba cannot compile runs on the game through the torch optimizers
 (``engine=torch``): :func:`kernel_for` returns None for it.
 """
 from __future__ import annotations
@@ -33,7 +37,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from numba import njit
 
-from dadam3.numba_cache import njit_cached
+from dadam3.compiled.numba_cache import njit_cached
+from dadam3.optim.base import gradients_per_step
 from dadam3.optim.numba_compile import cache_name, compiled, element_pass, jitted, math_digest
 from dadam3.optim.skeletons import StepScalars
 
@@ -48,13 +53,15 @@ class Kernel(NamedTuple):
 
 
 def kernel_for(cls) -> Kernel | None:
-    """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math or
-    its step takes more than one gradient (a local round or a fresh gradient: the torch optimizers run it)."""
-    if any(not rnd.gossip or rnd.fresh_gradient for rnd in cls.START + cls.ROUNDS):
+    """The compiled loop of optimizer class ``cls``, or None when numba cannot compile its math (or
+    its step takes more than two gradients, or ``start()`` one: no skeleton does)."""
+    if gradients_per_step(cls) > 2 or any(rnd.fresh_gradient for rnd in cls.START):
         return None
     if cls not in _KERNELS:
         from numba.core.errors import NumbaError
-        loop = make_game_loop(_chain(cls, cls.START), _chain(cls, cls.ROUNDS), jitted(cls.scalars))
+        again = gradients_per_step(cls) > 1       # a round takes the gradient again: it needs the sample
+        loop = make_game_loop(_chain(cls, cls.START), _chain(cls, cls.ROUNDS), step_scalars(cls),
+                              _sample if again else _no_sample)
         kernel = Kernel(compiled(loop, cache_name("game_loop", cls), math_digest(cls)), cls)
         try:
             _trial(kernel)
@@ -69,12 +76,26 @@ _KERNELS: dict[type, Kernel | None] = {}
 
 
 def _chain(cls, rounds):
-    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work)``: each round
-    (:func:`make_round`), then the next."""
+    """``rounds`` as one compiled call ``(k, ops, t, a, g, points, state, work, sample)``: each
+    round (:func:`make_round`), then the next."""
     then = _no_round
     for rnd in reversed(rounds):
-        then = make_round(element_pass(cls, rnd), rnd.into, rnd.offset, then, rnd.average)
+        then = make_round(element_pass(cls, rnd), rnd, then)
     return then
+
+
+def step_scalars(cls):
+    """The algorithm's scalars of step k as its skeleton's phases read them, compiled: ``scalars(h,
+    k)``; for a step of two gradients the pair at the algorithm's ticks 2k - 1 and 2k (the
+    extra-gradient skeleton's ``step_scalars``)."""
+    scalars = jitted(cls.scalars)
+    if gradients_per_step(cls) == 1:
+        return scalars
+
+    @njit(inline="always")
+    def two_ticks(h, k):
+        return scalars(h, 2 * k - 1), scalars(h, 2 * k)
+    return two_ticks
 
 
 def _trial(kernel: Kernel) -> None:
@@ -91,9 +112,11 @@ def _trial(kernel: Kernel) -> None:
 
 # ---------------------------------------------------------------- the game and the loop
 
-def make_game_loop(start, step, scalars):
+def make_game_loop(start, step, scalars, sample):
     """The game's loop with the rounds of ``start()`` (``start``) and of a step (``step``), both
-    :func:`_chain` s, and the algorithm's ``scalars``."""
+    :func:`_chain` s, the algorithm's ``scalars`` of a step (:func:`step_scalars`), and ``sample``:
+    what the rounds get of the iteration's sample (:func:`_sample`, or :func:`_no_sample` for a step
+    of one gradient: no array handed to the rounds, so the loop is what it was without them)."""
 
     def game_loop(h, k0, points, state, is_c, ops, game, rec, li):
         """Run ``is_c.shape[0]`` iterations from iteration ``k0 + 1`` (``start`` first when k0 = 0);
@@ -109,7 +132,7 @@ def make_game_loop(start, step, scalars):
         work = np.empty_like(p)
         t = StepScalars(1.0, h.lr)                          # the game's operator is already G: sign +1
         if k0 == 0:
-            start(0, ops, t, scalars(h, 1), g, points, state, work)
+            start(0, ops, t, scalars(h, 1), g, points, state, work, None)
         total = acc[0]                                      # sum_{i<=k} ||grad F(z_bar_i)||^2
         for n in range(is_c.shape[0]):
             k = k0 + n + 1
@@ -121,7 +144,7 @@ def make_game_loop(start, step, scalars):
                 _record(theta, alpha, total / k, rec, li)
                 li += 1
             _operator(p, is_c[n], c, kk, g)
-            step(k, ops, t, scalars(h, k), g, points, state, work)
+            step(k, ops, t, scalars(h, k), g, points, state, work, sample(is_c, n, c, kk))
             if not _finite(p):
                 acc[0] = total
                 return li, n + 1
@@ -130,30 +153,61 @@ def make_game_loop(start, step, scalars):
     return game_loop
 
 
-def make_round(element_pass, into: int, offset: int, then, average: bool = False):
-    """One round of step k, compiled to be inlined: its phase over the node buffers
-    (``element_pass``), ``points[into] <- W_{k+offset}^t work`` (``average``: the exact node
-    average), then ``then`` (the next round)."""
+def make_round(element_pass, rnd, then):
+    """One round ``rnd`` of step k, compiled to be inlined: its phase over the node buffers
+    (``element_pass``), ``points[into] <- W_{k+offset}^t work`` (the exact node average for an
+    ``average`` round, ``work`` itself for a local one), then ``then`` (the next round); a
+    ``fresh_gradient`` round takes the gradient again at the parameters first, on the iteration's
+    ``sample`` (:func:`_sample`). Each kind is a closure of its own: a round of one kind runs
+    nothing of the others (no helper handed the buffers: each would count their references)."""
+    into, offset = rnd.into, rnd.offset
+    if rnd.fresh_gradient:
+        inner = make_round(element_pass, rnd._replace(fresh_gradient=False), then)
 
-    if average:
         @njit(inline="always")
-        def game_round(k, ops, t, a, g, points, state, work):
+        def fresh_round(k, ops, t, a, g, points, state, work, sample):
+            _operator(points[0], sample[0], sample[1], sample[2], g)
+            inner(k, ops, t, a, g, points, state, work, sample)
+        return fresh_round
+
+    if rnd.average:
+        @njit(inline="always")
+        def average_round(k, ops, t, a, g, points, state, work, sample):
             element_pass(g, t, a, points[0], points[1:], state, work)
             _average(work, points[into])
-            then(k, ops, t, a, g, points, state, work)
-        return game_round
+            then(k, ops, t, a, g, points, state, work, sample)
+        return average_round
+
+    if not rnd.gossip:
+        @njit(inline="always")
+        def local_round(k, ops, t, a, g, points, state, work, sample):
+            element_pass(g, t, a, points[0], points[1:], state, work)
+            points[into][:] = work
+            then(k, ops, t, a, g, points, state, work, sample)
+        return local_round
 
     @njit(inline="always")
-    def game_round(k, ops, t, a, g, points, state, work):
+    def game_round(k, ops, t, a, g, points, state, work, sample):
         element_pass(g, t, a, points[0], points[1:], state, work)
         _mix(ops, (k + offset - 1) % ops[0].shape[0], work, points[into])
-        then(k, ops, t, a, g, points, state, work)
+        then(k, ops, t, a, g, points, state, work, sample)
     return game_round
 
 
 @njit(inline="always")
-def _no_round(k, ops, t, a, g, points, state, work):
+def _no_round(k, ops, t, a, g, points, state, work, sample):
     pass
+
+
+@njit(inline="always")
+def _sample(is_c, n, c, kk):
+    """Iteration n's sample, as a second gradient needs it: which nodes draw a = c, c and k."""
+    return is_c[n], c, kk
+
+
+@njit(inline="always")
+def _no_sample(is_c, n, c, kk):
+    return None
 
 
 @njit(inline="always")

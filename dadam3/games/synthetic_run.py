@@ -106,8 +106,8 @@ def run_synthetic(game: SyntheticGame, optimizer: str, hparams: Mapping[str, flo
     log_its = log_iterations(iterations) if log_its is None else np.asarray(log_its, dtype=np.int64)
     kernel = kernel_for(optimizer_spec(optimizer).cls) if engine == "numba" else None
     if engine == "numba" and kernel is None:
-        log.info("optimizer=%s: no compiled loop (its math does not compile, or it takes two gradients per step); "
-                 "running the torch optimizer (engine=torch)", optimizer)
+        log.info("optimizer=%s: no compiled loop (numba cannot compile its math); running the torch optimizer "
+                 "(engine=torch)", optimizer)
     run = partial(_run_kernel, kernel) if kernel is not None else partial(_run_torch, optimizer,
                                                                           "eager" if engine == "eager" else "auto")
     t0 = time.perf_counter()

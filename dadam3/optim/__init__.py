@@ -48,7 +48,7 @@ from dadam3.optim.registry import OPTIMIZERS, Spec, import_algorithms, optimizer
 from dadam3.optim.skeletons.optimistic import OptimisticGossip
 from dadam3.optim.skeletons.single import SingleSequenceGossip
 from dadam3.optim.skeletons.extragradient import ExtraGradientGossip
-from dadam3.topology import Topology, build_topology
+from dadam3.topologies import Topology, build_topology
 
 __all__ = ["Dadam3", "DOSG", "OAdagrad", "DPOAdam", "DAdam", "DSGD", "ExtraAdam", "HParam", "NodeOptimizer",
            "OptimisticGossip", "SingleSequenceGossip", "ExtraGradientGossip", "step_together", "start_together",

@@ -1,5 +1,5 @@
 """The optimizers' registry: ``@optimizer("name")`` on an algorithm class registers it, as
-``@topology`` registers a graph (:mod:`dadam3.topology`).
+``@topology`` registers a graph (:mod:`dadam3.topologies`).
 
 Every module of :mod:`dadam3.optim` is imported with the package (:func:`import_algorithms`), so an
 algorithm is one file: its class on a skeleton, decorated. The configs are made from the registry

@@ -80,7 +80,7 @@ def _run(root: Path, s: dict) -> Run:
 
 
 def torus_rows(M: int) -> int:
-    """The rows of the torus ``dadam3.topology.torus`` builds at M nodes without ``rows``: the most square
+    """The rows of the torus ``dadam3.topologies.torus`` builds at M nodes without ``rows``: the most square
     factorisation rows × (M // rows), rows <= cols (the test checks the two agree)."""
     return max(r for r in range(1, math.isqrt(M) + 1) if M % r == 0)
 

@@ -1,6 +1,6 @@
 """The run machinery: everything that turns a config into a run directory, and nothing of the science.
 
-The line: the science (:mod:`dadam3.optim`, :mod:`dadam3.topology`, :mod:`dadam3.mixing`,
+The line: the science (:mod:`dadam3.optim`, :mod:`dadam3.topologies`, :mod:`dadam3.mixing`,
 :mod:`dadam3.games`, :mod:`dadam3.gan`, :mod:`dadam3.metrics`, :mod:`dadam3.data`) never imports
 this package (``tests/test_layering.py`` imports every science module with ``dadam3.run`` made
 unimportable). The training LOOP is run machinery (:mod:`dadam3.run.trainer`): it owns the

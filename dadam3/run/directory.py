@@ -48,7 +48,7 @@ from dadam3.run.resume_config import read_resume, release_resume
 from dadam3.run.rewind import check_log_not_ahead
 from dadam3.run.manifest import (LOCK_FILE, MANIFEST, RUN_DIRS, deletable, read_stamps, run_files, train_writes,
                                  write_manifest)
-from dadam3.run.schema import TrainConfig, may_change_on_resume
+from dadam3.run.schema import may_change_on_resume
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
                                                 "with hydra.run.dir=NEW")
         if home is not None:        # a finished log ahead of its checkpoint: named before loop.iterations is
             check_log_not_ahead(home / "metrics.jsonl", ckpt["iteration"], config, resume)
-        changed = check_resume(ckpt, path, config, may_change_on_resume, TrainConfig.renamed)
+        changed = check_resume(ckpt, path, config, may_change_on_resume)
     run_dir = Path(home or run_dir)
     check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
     if home is not None and not (home / "metrics.jsonl").is_file():

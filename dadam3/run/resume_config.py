@@ -24,7 +24,7 @@ from dadam3.run.checkpoint.resume import check_checkpoint, stored_config
 import dadam3.run.schema.presets as presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
-from dadam3.run.schema import TrainConfig, config_error, merged_overrides
+from dadam3.run.schema import config_error, merged_overrides
 from dadam3.run.schema.groups import GROUPS
 from dadam3.run.schema.runs import only_with
 
@@ -50,12 +50,11 @@ def resumed_config(cfg: DictConfig) -> DictConfig:
 
 
 def run_config(resume: str) -> dict[str, Any]:
-    """The flattened config of the run ``resume`` names, as its checkpoint stores it (keys an
-    earlier version named otherwise under their names now: ``TrainConfig.renamed``); a file that
+    """The flattened config of the run ``resume`` names, as its checkpoint stores it; a file that
     is no checkpoint of a run is one line (:func:`read_resume`: the
     file is read once, for this and the run directory's checks)."""
     _, ckpt = read_resume(resume)
-    return stored_config(ckpt, TrainConfig.renamed)
+    return stored_config(ckpt)
 
 
 def read_resume(resume: str) -> tuple[Path, dict]:

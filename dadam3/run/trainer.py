@@ -1,17 +1,10 @@
 """The simulated multi-node WGAN-GP training loop: all M node copies in one batched computation.
 
-One iteration k (the paper's simultaneous game, ``n_critic = 1``; :meth:`WGANTrainer.train_step`) is
-:func:`dadam3.gan.iteration.simultaneous_iteration` (draw -> gradients -> clip -> step, the step
-calling the gradient callback again for an extra-gradient optimizer), then::
-
-    finiteness of the losses noted (on the device)
-    records <- the losses and operator norm per node, into the logging window
-
-``autocast="bf16"`` runs the gradient evaluation (forward passes, penalty, backward) under
-``torch.autocast``; parameters, gradients, optimizer state and gossip stay float32.
-
-With ``n_critic > 1`` the critic takes ``n_critic`` steps (fresh batches), then the
-generator one (alternating form, for users who want it; not the paper's).
+One iteration k (:meth:`WGANTrainer.train_step`) is the GAN's step
+(:class:`dadam3.gan.iteration.GANStep`: the step-size warm-up, then the simultaneous form, the
+paper's, or the alternating ``n_critic`` form, each draw -> gradients -> clip -> step), then its
+per-node values (the losses, the operator norm) go into the logging window. Nothing of the
+game is computed here: the loop, the stops, the checkpoints and the logs are.
 
 Around the iteration each component says when it is due (no schedule in the loop): the
 records (:class:`dadam3.run.records.Records`, on the logging grid), the evaluation
@@ -27,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +28,9 @@ import torch
 from dadam3.distributed.failures import DistributedTimeout
 from dadam3.errors.files import WriteFailed
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
-from dadam3.gan.cuda_graph import GraphedGradients, IterationGraph, iteration_obstacle
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
-from dadam3.gan.iteration import again, clip_, gradient_step, operator_norm, simultaneous_iteration
+from dadam3.gan.iteration import GANStep, StepSettings
 from dadam3.gan.stacked import StackedNet
-from dadam3.gan.wgan_gp import critic_step, generator_step
-from dadam3.optim import step_together
-from dadam3.optim.base import gradients_per_step
 from dadam3.errors.boundary import failure_of
 from dadam3.run.checkpoint import CheckpointNotWritten, resume_command
 from dadam3.run.divergence import loss_beyond
@@ -64,17 +52,12 @@ class WGANTrainer:
         self.records, self.checkpointer = outputs.records, outputs.checkpointer
         self.samples, self.evaluate = outputs.samples, outputs.evaluate
         self.run_dir, self.placement, self.device, self.dtype = Path(run.run_dir), run.placement, run.device, run.dtype
-        self.nz, self.M = state.G.in_shape[0], state.G.num_nodes
+        self.M = state.G.num_nodes
         self.finite = FinitenessWatch(list(state.block), self.placement)
-        # cuda.graphs: the whole simultaneous iteration as one graph where the gossip allows it,
-        # else the gradient evaluation alone (the alternating form: eager)
-        whole = run.graphs and settings.n_critic == 1 and iteration_obstacle(state.mixer) is None
-        self.iteration_graph = (IterationGraph(self._iteration, self._draw, (state.G, state.D),
-                                               (state.opt_d, state.opt_g), state.mixer) if whole else None)
-        # the graphed gradients draw their own batch: not for a second gradient on the same one
-        once = gradients_per_step(type(state.opt_d)) == 1
-        self.graph = (GraphedGradients(state.G, state.D, self._draw, settings.gp_lambda, settings.autocast == "bf16")
-                      if run.graphs and not whole and once else None)
+        self.step = GANStep(state, StepSettings(settings.batch_size, settings.n_critic, settings.gp_lambda,
+                                                settings.clip_grad_norm, settings.lr_warmup,
+                                                settings.autocast == "bf16", run.graphs),
+                            run.device, run.dtype, self.finite)
 
     # the players, read from the state
     G = property(lambda self: self.state.G)
@@ -85,80 +68,11 @@ class WGANTrainer:
 
     # ------------------------------------------------------------------ one iteration
     def train_step(self) -> dict[str, torch.Tensor]:
-        """Iteration k -> k + 1 (the module docstring's steps): its per-node values [M], which
-        also go into the logging window."""
-        k = self.state.iteration + 1
-        configured = self._warm_up(k)                   # loop.lr_warmup: iteration k's lr, the configured one kept
-        try:
-            if self.s.n_critic > 1:
-                out = self._alternating_step(k)
-            else:                                       # cuda.graphs: one replayed graph, else eagerly
-                out = self.iteration_graph() if self.iteration_graph is not None else self._iteration()
-                self.finite.note(out, k)                # the losses' finiteness, noted on the device
-        finally:
-            for group, lr in configured:                # the optimizers hold the configured lr again
-                group["lr"] = lr
+        """Iteration k -> k + 1 (the GAN's step, a stop signal checked between its critic steps):
+        its per-node values [M], which also go into the logging window."""
+        out = self.step(self.state.iteration + 1, overdue)
         self.state.window.add(out)                      # the records
         return out
-
-    def _iteration(self, inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """The simultaneous iteration's device work, on ``inputs`` (real, z, eps: the graph's
-        static buffers) or this iteration's draw: what :class:`IterationGraph` captures."""
-        opts, bound = (self.opt_d, self.opt_g), self.s.clip_grad_norm
-        if inputs is not None:                          # capture needs autocast's weight-cast cache off
-            return simultaneous_iteration(self.G, self.D, opts, inputs, self.s.gp_lambda, bound,
-                                          partial(self._autocast, cache=False))
-        if self.graph is not None:                      # cuda.graphs: the replayed gradients, same values
-            return gradient_step(self.graph, (self.G, self.D), opts, bound)
-        return simultaneous_iteration(self.G, self.D, opts, self._draw(), self.s.gp_lambda, bound, self._autocast)
-
-    def _warm_up(self, k: int) -> list[tuple[dict, float]]:
-        """``loop.lr_warmup=N`` (0: off): iteration k's steps use lr_k = lr · k / N while k < N, for
-        both players and every optimizer alike. Returns each param group with its configured lr,
-        which :meth:`train_step` puts back after the step: a checkpoint holds the configured lr, so a
-        resume mid-warm-up continues the same schedule."""
-        n = self.s.lr_warmup
-        if not n or k >= n:
-            return []
-        configured = [(g, g["lr"]) for opt in (self.opt_d, self.opt_g) for g in opt.param_groups]
-        for group, lr in configured:
-            group["lr"] = lr * k / n
-        return configured
-
-    def _alternating_step(self, k: int) -> dict[str, torch.Tensor]:
-        """``n_critic`` critic steps on fresh batches, then one generator step (values of the last)."""
-        bound = self.s.clip_grad_norm
-        for _ in range(self.s.n_critic):
-            overdue(f"iteration {k} (n_critic={self.s.n_critic})")      # a long iteration stays interruptible
-            critic = partial(self._on, critic_step, *self._draw(), gp_lambda=self.s.gp_lambda)
-            out = critic()
-            self.finite.note(out, k)
-            clip_((self.D,), bound)
-            step_together([self.opt_d], partial(again, critic, (self.D,), bound))
-        z = self.state.noise.normal(self.s.batch_size, self.nz, dtype=self.dtype)
-        generator = partial(self._on, generator_step, z)
-        g_out = generator()
-        self.finite.note(g_out, k)
-        out["loss_g"] = g_out["loss_g"]
-        out["operator_norm"] = operator_norm((self.G, self.D))
-        clip_((self.G,), bound)
-        step_together([self.opt_g], partial(again, generator, (self.G,), bound))
-        return out
-
-    def _on(self, gradients, *batch, **kw) -> dict[str, torch.Tensor]:
-        """``gradients(G, D, *batch, **kw)`` (one player's: critic_step, generator_step) under autocast."""
-        with self._autocast():
-            return gradients(self.G, self.D, *batch, **kw)
-
-    def _draw(self):
-        """Iteration k's batch: every node's data, noise z and interpolation weights eps."""
-        B, noise = self.s.batch_size, self.state.noise
-        real = self.sampler.next_batch().to(self.dtype)
-        return real, noise.normal(B, self.nz, dtype=self.dtype), noise.uniform(B, dtype=self.dtype)
-
-    def _autocast(self, cache: bool = True):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.s.autocast == "bf16",
-                              cache_enabled=cache)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> None:

@@ -35,7 +35,7 @@ RUN_ID = re.compile(r"[0-9a-f]{32}")
 # every entry a checkpoint of this code may hold -> the types its value may have (a checkpoint with
 # another entry, or a value of another type, is refused by dadam3.run.checkpoint.resume.check_checkpoint)
 ENTRY_TYPES: dict[str, tuple[type, ...]] = {
-    "kind": (str,), "iteration": (int,), "elapsed": (float, int), "config": (dict,), "run_id": (str, type(None)),
+    "kind": (str,), "iteration": (int,), "elapsed": (float, int), "config": (dict,), "run_id": (str,),
     "window": (dict,), "window_count": (int,), "G": (dict,), "D": (dict,), "opt_g": (dict,), "opt_d": (dict,),
     "bytes_sent": (np.ndarray, torch.Tensor, type(None)), "sampler": (dict,), "noise": (list,), "rng": (dict,),
     "wandb_run_id": (str, type(None)), "record_on_grid": (bool,), "identity": (str,),

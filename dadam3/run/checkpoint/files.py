@@ -13,9 +13,8 @@ Loading (:func:`load`) runs nothing stored in the file: the checksum is verified
 changed byte anywhere: the file is named corrupt, nothing of it is read), then
 ``torch.load(weights_only=True)`` rebuilds only tensors, plain Python containers and numbers,
 numpy arrays and the project's own :data:`SAFE_TYPES`; any other object in the file (a class, a
-function, a ``__reduce__`` payload) is refused before it is built. A checkpoint of an earlier
-version has no ``.sha256``: it still loads through the same safe path, with a one-line warning
-that it could not be verified.
+function, a ``__reduce__`` payload) is refused before it is built. A checkpoint without its
+``.sha256`` (an earlier format's, or the file was removed) is refused: nothing of it is read.
 
 What a training checkpoint holds is :mod:`dadam3.run.checkpoint.contents`'s concern.
 """
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import logging
 import os
 import pickle
 import re
@@ -39,8 +37,6 @@ from dadam3.errors.files import WriteFailed, write_failure_reason, write_whole
 from dadam3.errors.stops import RunStopped
 from dadam3.run.paths import mkstemp_umask
 
-log = logging.getLogger(__name__)
-
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
 CHECKSUM_SUFFIX = ".sha256"          # last.pt -> last.pt.sha256
@@ -51,13 +47,9 @@ class NodeList(list):
 
 
 # what a checkpoint may hold beyond torch's plain types (tensors, dicts, lists, numbers, strings):
-# the project's per-node list (also under the modules earlier versions defined it in: before the
-# run machinery had its package, dadam3.checkpoint.files; before that dadam3.checkpoint.contents)
-# and numpy arrays (the mixer's byte counts), under both of numpy's module names (numpy 2 pickles
-# numpy._core, numpy 1 numpy.core)
-EARLIER_NODE_LISTS = ("dadam3.checkpoint.files.NodeList", "dadam3.checkpoint.contents.NodeList")
-SAFE_TYPES: tuple = (NodeList, *((NodeList, name) for name in EARLIER_NODE_LISTS),
-                     np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
+# the project's per-node list and numpy arrays (the mixer's byte counts), under both of numpy's
+# module names (numpy 2 pickles numpy._core, numpy 1 numpy.core)
+SAFE_TYPES: tuple = (NodeList, np.ndarray, np.dtype, np.dtypes.Float64DType, np._core.multiarray._reconstruct,
                      (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"))
 
 
@@ -161,8 +153,7 @@ _CHECKSUM_LINE = re.compile(r"\\?(?:(?P<gnu>[0-9a-fA-F]{64}) [ *].+|SHA256 \(.+\
 def _unreadable(key: str, path: Path, target: Path, why: str) -> ConfigError:
     return ConfigError(key, str(path), f"unreadable checksum file {target.name} ({why}; sha256sum writes "
                                        "'HASH  NAME' or, with --tag, 'SHA256 (NAME) = HASH'): the checkpoint cannot be "
-                                       f"verified; nothing was loaded: restore {target.name} from a copy, or remove it "
-                                       "to load the checkpoint unverified")
+                                       f"verified; nothing was loaded: restore {target.name} from a copy")
 
 
 def _earlier(path: Path) -> list[str]:
@@ -206,8 +197,8 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
     ``torch.load(weights_only=True)`` with :data:`SAFE_TYPES` allowed (nothing stored in the file
     runs). A corrupt file (its bytes are not the ones its checksum file lists), one that is no
     checkpoint (not torch's zip format, truncated) or that holds other objects is a one-line
-    ConfigError naming ``key`` and the path; a file without checksum (an earlier version's)
-    loads the same safe way after a one-line warning."""
+    ConfigError naming ``key`` and the path, and so is one without its checksum file (the format
+    before checksums, a copy made without it, another program's file)."""
     path = Path(path)
     expected = read_checksums(path, key)
     try:
@@ -221,6 +212,11 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
     if not zipfile.is_zipfile(path):
         raise ConfigError(key, str(path), "not a readable checkpoint (not torch's zip format: truncated, or another "
                                           "kind of file); nothing in it was run")
+    if not expected:
+        raise ConfigError(key, str(path), f"no {checksum_path(path).name} beside it, which every checkpoint of this "
+                                          "code has: a checkpoint of the format before checksums (resume it with the "
+                                          "version that wrote it, or start a new run), a copy made without it (copy it "
+                                          "too), or another program's file; nothing was loaded")
     try:
         with torch.serialization.safe_globals(list(SAFE_TYPES)):
             ckpt = torch.load(path, map_location=map_location, weights_only=True)
@@ -233,33 +229,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu", key: str = "resume"
         reason = " ".join(str(e).split())[:160] or type(e).__name__
         raise ConfigError(key, str(path), f"not a readable checkpoint (truncated or another kind of "
                                           f"file: {type(e).__name__}: {reason})") from None
-    bad = None if expected else non_finite({k: v for k, v in ckpt.items() if k != "config"}
-                                           if isinstance(ckpt, dict) else ckpt)
-    if bad is not None:        # a run never writes one (checked before every write): the file was changed
-        raise ConfigError(key, str(path), f"damaged checkpoint: {bad[0]} holds {bad[1]} (and it has no "
-                                          f"{checksum_path(path).name} to verify it); nothing was loaded: restore "
-                                          "it from a copy or start a new run")
-    if not expected:
-        log.warning("%s has no %s (written before checkpoints had checksums, or it was removed): loaded as data "
-                    "(weights_only) but not verified", path, checksum_path(path).name)
     return ckpt
-
-
-def non_finite(value: Any, where: str = "") -> tuple[str, str] | None:
-    """(the first entry of ``value`` (nested dicts, lists) holding a NaN or an infinity, "NaN" or
-    "an infinity"), or None when every floating tensor and array in it is finite."""
-    if isinstance(value, dict):
-        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
-    elif isinstance(value, (list, tuple)):
-        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
-    elif isinstance(value, (torch.Tensor, np.ndarray, float)):
-        t = torch.as_tensor(value)
-        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            return where, "NaN" if bool(torch.isnan(t).any()) else "an infinity"
-        return None
-    else:
-        return None
-    return next((bad for k, v in items if (bad := non_finite(v, k)) is not None), None)
 
 
 def resolve_resume_path(resume: str | os.PathLike) -> Path:

@@ -6,8 +6,8 @@ logging / sampling / checkpoint / evaluation periods, the logger, device and thr
 may change and take effect; every other key fixes what is being trained (nodes, nets, data,
 topology, dtype, batch size, seed, the optimizer's name, ...) and must be what the
 checkpoint was made with. Which is which is declared beside each field of the schema; the
-caller passes it in (``may_change``: :func:`dadam3.run.schema.may_change_on_resume`), with the keys
-an earlier version named otherwise (``renamed``: a checkpoint's ``backend`` is ``placement`` now).
+caller passes it in (``may_change``: :func:`dadam3.run.schema.may_change_on_resume`). A checkpoint
+of an earlier format is refused in one line naming it (:func:`earlier_format`).
 
 A run's identity is its resolved config less the keys that do not change what it computes
 (:data:`NOT_IDENTITY`): :func:`run_identity` hashes it (stored with the run: its
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from dadam3.run.checkpoint.contents import CHECKPOINT_KIND, ENTRY_TYPES
@@ -68,17 +67,28 @@ def identity_diff(stored: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
     return {k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
-def stored_config(ckpt: Mapping[str, Any], renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, Any]:
-    """The checkpoint's config, flattened, keys an earlier version named otherwise under their
-    names now (``renamed``: old -> new)."""
-    return {renamed.get(k, k): v for k, v in flatten(ckpt["config"]).items()}
+def stored_config(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint's config, flattened."""
+    return flatten(ckpt["config"])
+
+
+def earlier_format(ckpt: Mapping[str, Any]) -> str | None:
+    """The earlier format a checkpoint of ``python -m dadam3.train`` is of (None: this code's): one
+    written before the ``loop`` group, before ``placement=`` (its ``backend=``), or before run ids."""
+    if "iterations" in ckpt["config"]:
+        return "before the loop group: top-level iterations, batch_size, ...; now loop.*"
+    if "backend" in ckpt["config"]:
+        return "before placement=: its backend= key"
+    if not isinstance(ckpt.get("run_id"), str):
+        return "before run ids: it names no run"
+    return None
 
 
 def check_checkpoint(ckpt: Any, path: Path) -> None:
     """What a checkpoint must be, whatever the run: of ``python -m dadam3.train`` (its kind), with
     only the entries this code writes, each of its type (:data:`~dadam3.run.checkpoint.contents.ENTRY_TYPES`),
     those read outside the state's load among them (:data:`READ_ON_RESUME`),
-    at an iteration >= 0, with its config, of this version (the ``loop`` group)."""
+    at an iteration >= 0, with its config, of this format (:func:`earlier_format`)."""
     if not isinstance(ckpt, dict) or ckpt.get("kind") != CHECKPOINT_KIND:
         raise ConfigError("resume", str(path), "not a checkpoint of python -m dadam3.train "
                                                f"(expected kind {CHECKPOINT_KIND})")
@@ -86,9 +96,10 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
     if type(it) is not int or it < 0 or not isinstance(ckpt.get("config"), dict):
         raise ConfigError("resume", str(path), f"the checkpoint claims iteration {it!r} (an iteration is an "
                                                "integer >= 0) or holds no config: it is damaged or not a run's")
-    if "iterations" in ckpt["config"]:       # written before the loop group: its keys were top-level
-        raise ConfigError("resume", str(path), "a checkpoint of an older version (top-level iterations, batch_size, "
-                                               "...; now loop.*): resume it with that version or start a new run")
+    earlier = earlier_format(ckpt)
+    if earlier is not None:
+        raise ConfigError("resume", str(path), f"a checkpoint of an earlier format ({earlier}): resume it with the "
+                                               "version that wrote it, or start a new run")
     missing = [name for name in READ_ON_RESUME if name not in ckpt]
     if missing:
         raise ConfigError("resume", str(path), f"the checkpoint lacks the entry {missing[0]!r} that this code "
@@ -104,14 +115,14 @@ def check_checkpoint(ckpt: Any, path: Path) -> None:
                                                    "is damaged or another program's; start a new run")
 
 
-def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool],
-                 renamed: Mapping[str, str] = MappingProxyType({})) -> dict[str, list]:
+def check_resume(ckpt: Any, path: Path, config: Mapping[str, Any], may_change: Callable[[str], bool]
+                 ) -> dict[str, list]:
     """For a checkpoint ``ckpt`` read from ``path`` (:func:`~dadam3.run.resume_config.read_resume`:
     of this code's kind, checked), refuse changes to keys that may not change
     (``may_change(dotted_key)`` is False: one line naming every such key), and a checkpoint
     already at ``loop.iterations``; return the changed keys (``key -> [checkpoint's value, now]``) but
-    ``resume`` and ``overwrite``. ``renamed``: a key of the checkpoint's config -> its name now."""
-    saved, now = stored_config(ckpt, renamed), flatten(config)
+    ``resume`` and ``overwrite``."""
+    saved, now = stored_config(ckpt), flatten(config)
     changed, refused = {}, []
     for key in sorted(saved.keys() | now.keys()):
         if saved.get(key) == now.get(key):

@@ -90,17 +90,6 @@ class OptionName:
         return value
 
 
-def matrix_rows(key: str, value: Any) -> list | None:
-    """Null or a non-empty list of non-empty lists of numbers (a matrix's rows); the builder
-    checks its shape and that it mixes (:func:`dadam3.topology.build_topology`)."""
-    if value is None:
-        return None
-    rows_ok = isinstance(value, (list, tuple)) and value and all(isinstance(r, (list, tuple)) and r for r in value)
-    if not rows_ok or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for r in value for x in r):
-        raise ConfigError(key, value, "must be a list of rows of numbers, e.g. [[0.5,0.5],[0.5,0.5]]")
-    return [list(r) for r in value]
-
-
 def boolean(key: str, value: Any) -> bool:
     """YAML true or false (0/1 and strings such as ``yes`` are refused)."""
     return check_bool(key, value)

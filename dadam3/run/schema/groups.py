@@ -245,7 +245,7 @@ def option_schema(group: str, name: Any) -> type | None:
 
 
 # group -> the registry its option names come from (said when a name is refused)
-REGISTRIES = {"topology": "dadam3.topology.TOPOLOGIES", "optimizer": "dadam3.optim.OPTIMIZERS"}
+REGISTRIES = {"topology": "dadam3.topologies.TOPOLOGIES", "optimizer": "dadam3.optim.OPTIMIZERS"}
 
 # group -> (the key naming the option, {schema name: class}); the YAML files name the schemas
 GROUPS: dict[str, tuple[str, Mapping[str, type]]] = {

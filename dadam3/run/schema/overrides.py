@@ -116,9 +116,6 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
                 choice = cfg[parts[0]][GROUPS[parts[0]][0]]
                 raise ConfigError(path, _nest(rest, value), f"means nothing for {parts[0]}={choice} (its keys: "
                                                             f"{', '.join(names)}){_suggest(part, cls)}")
-            if part in getattr(cls, "renamed", {}):         # a key of an earlier version
-                raise ConfigError(path, _nest(rest, value), f"is now {cls.renamed[part]}: use "
-                                                            f"{cls.renamed[part]}={_nest(rest, value)}")
             raise ConfigError(path, _nest(rest, value), f"unknown key{_suggest(part, cls)}")
         if not rest:
             check = f.metadata.get("check")

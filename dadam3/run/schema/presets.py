@@ -24,7 +24,7 @@ from dadam3.run.config import CONFIG_DIR
 from dadam3.run.schema.groups import GROUPS
 from dadam3.run.schema.topologies import topology_schema_name
 from dadam3.run.schema.runs import LoopSettings, SyntheticConfig, TrainConfig
-from dadam3.topology import TOPOLOGIES
+from dadam3.topologies import TOPOLOGIES
 
 SEARCHPATH: list[str] = []        # the user's directories (URLs: file://DIR, pkg://...) from the command line
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")

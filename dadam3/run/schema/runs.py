@@ -114,7 +114,7 @@ class LoopSettings(Section):
     # per node and player, gradients scaled to global norm <= this before the step (0: off; gan/clipping.py)
     clip_grad_norm: float = knob(0.0, Num(0.0), resume=True)
     # linear lr warm-up over this many iterations: iteration k steps with lr · min(1, k / N), both players,
-    # every optimizer alike (0: off; run/trainer.py)
+    # every optimizer alike (0: off; gan/iteration.py)
     lr_warmup: int = knob(0, Int(0), resume=True)
 
 
@@ -140,7 +140,6 @@ class TrainConfig(Section):
     topology: Any = knob(MISSING)
     logger: Any = knob(MISSING)
     config: ClassVar[Mapping[str, Any]] = MappingProxyType({})
-    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "placement"})   # old key -> its name now
 
     @property
     def torch_device(self) -> torch.device:
@@ -285,7 +284,6 @@ class SyntheticConfig(Section):
     game: Game = knob(factory=Game)
     optimizer: Any = knob(MISSING)
     topology: Any = knob(MISSING)
-    renamed: ClassVar[Mapping[str, str]] = MappingProxyType({"backend": "engine"})   # old key -> its name now
 
     def cross_check(self, prefix: str) -> None:
         self.optimizer.check_topology(self.topology.name)

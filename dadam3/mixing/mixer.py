@@ -1,4 +1,4 @@
-"""Mixing: the one communication operator of every algorithm here.
+"""The mixers: the one communication operator of every algorithm here.
 
 ``Mixer.mix(tensors, k)`` applies the iteration-k mixing operator (W^t for t gossip
 rounds) along the leading node axis of each tensor::
@@ -8,7 +8,7 @@ rounds) along the leading node axis of each tensor::
 Two mixers share this interface:
 
 * ``LocalMixer`` (here) holds all M nodes in one process (the simulator); each gossip round
-  sums every node's terms in ascending node index (:mod:`dadam3.ordered_mix`), the order a
+  sums every node's terms in ascending node index (:mod:`dadam3.mixing.ordered`), the order a
   rank uses too, so results do not depend on the number of ranks (also in float32).
 * ``DistributedMixer`` (``dadam3.distributed.mixer``) runs under torch.distributed: each rank
   holds a contiguous block of nodes, its tensors are those rows only (``[local_nodes, ...]``),
@@ -20,37 +20,27 @@ average 11^T/M, an all-reduce) is charged as a ring all-reduce: 2 (M - 1) / M of
 per node, what a user running it for real pays (a reduce-scatter and an all-gather).
 
 Gossip is elementwise by default (``kernel="ordered"``: products and sums, each rounded once,
-in ascending node index: :mod:`dadam3.ordered_mix`), so it runs in IEEE float32 on CUDA
+in ascending node index: :mod:`dadam3.mixing.ordered`), so it runs in IEEE float32 on CUDA
 whatever TF32 setting the rest of the run uses (TF32 keeps 10 mantissa bits: every mix would
 move each parameter by about 5e-4 of its size and no longer preserve the node average
 exactly), and a rank computes its rows exactly as the simulator does. ``kernel="matmul"`` (one
 matmul by W^t per tensor, TF32 off through :func:`ieee_fp32_matmul`) is the reference.
 
-The stencil kernel (``LocalMixer(kernel="stencil")``) writes ``X ← W X`` as a sum over the
-cyclic shifts W uses. Any ``[M, M]`` matrix is a sum of its cyclic diagonals,
-
-    W = Σ_s D_s P_s,    (P_s X)[i] = X[(i + s) mod M],    D_s = diag(W[i, (i + s) mod M]),
-
-so ``(W X)[i] = Σ_{s ∈ S} W[i, i+s] · X[i+s]`` with S the shifts whose diagonal is not all
-zero: 3 for a ring, 5 for a torus, M for the complete graph. ``torch.compile`` fuses it into
-one kernel per flat buffer that reads each input row and writes each output row once (the
-bytes floor, ``2 · M · P · size``), where cuBLAS runs the tiny ``[M, M] × [M, P]`` product as
-a gemv far from it. Its order of summation (by shift) is not the ranks' (by node index), so
-it is an option for the single-process simulator on CUDA (``kernel="auto"``: sparse graphs).
-Eagerly each shift is a ``roll`` and an ``addcmul`` (7.5× the floor for a ring): on the CPU
-it is only the reference for the compiled kernel.
+The stencil kernel (``LocalMixer(kernel="stencil")``: a sum over the cyclic shifts W uses,
+compiled by ``torch.compile`` on CUDA) is :mod:`dadam3.mixing.stencil`.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from dadam3.ordered_mix import RoundTerms
-from dadam3.topology import Topology, build_topology
+from dadam3.mixing.ordered import RoundTerms
+from dadam3.mixing.stencil import compiled_stencil_mix, cyclic_shifts, stencil_mix, use_stencil
+from dadam3.topologies import Topology, build_topology
 
 
 class Mixer:
@@ -127,7 +117,7 @@ class LocalMixer(Mixer):
     """All M nodes in one process: ``X <- W_k^t @ X``.
 
     ``kernel``: ``"ordered"`` (the default: t rounds, each in the fixed order of
-    :class:`dadam3.ordered_mix.RoundTerms`, the order every rank uses, so float32 results do
+    :class:`dadam3.mixing.ordered.RoundTerms`, the order every rank uses, so float32 results do
     not depend on the number of processes; one compiled pass over each buffer and round: numba
     on the CPU, Triton on CUDA),
     ``"matmul"`` (the reference: one matmul by W^t per tensor), ``"stencil"`` (a sum over the
@@ -204,7 +194,7 @@ class LocalMixer(Mixer):
                     torch.matmul(Wt, t.reshape(M, -1), out=o.view(M, -1))
             return list(out)
         phases = self._round_phases(k)
-        for t, o in zip(tensors, out):                  # t rounds, each in the fixed order of ordered_mix
+        for t, o in zip(tensors, out):                  # t rounds, each in the fixed order of mixing.ordered
             x = t.reshape(M, -1)
             for r, phase in enumerate(phases):
                 y = o.view(M, -1) if r + 1 == len(phases) else torch.empty_like(x)
@@ -231,45 +221,3 @@ def ieee_fp32_matmul(device: torch.device) -> Iterator[None]:
         yield
     finally:
         flags.fp32_precision = previous
-
-
-# ---- the neighbour stencil ------------------------------------------------------------------
-
-def cyclic_shifts(W: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
-    """(shifts s with a nonzero diagonal ``W[i, (i+s) mod M]``, their coefficients ``[S, M]``)."""
-    M = W.shape[0]
-    rows = np.arange(M)
-    shifts, coeffs = [], []
-    for s in range(M):
-        diagonal = W[rows, (rows + s) % M]
-        if np.any(diagonal != 0):
-            shifts.append(s)
-            coeffs.append(diagonal)
-    return tuple(shifts), np.asarray(coeffs, dtype=np.float64).reshape(len(shifts), M)
-
-
-def stencil_mix(x: torch.Tensor, coeffs: torch.Tensor, shifts: tuple[int, ...], out: torch.Tensor) -> None:
-    """``out ← Σ_s coeffs[s] ⊙ roll(x, −s, 0)``: ``x, out [M, P]`` (not aliased), ``coeffs [S, M, 1]``."""
-    acc = coeffs[0] * (x if shifts[0] == 0 else torch.roll(x, -shifts[0], 0))
-    for c, s in zip(coeffs[1:], shifts[1:]):
-        acc = torch.addcmul(acc, c, torch.roll(x, -s, 0))
-    out.copy_(acc)
-
-
-_COMPILED: list[Callable] = []
-
-
-def compiled_stencil_mix() -> Callable:
-    """:func:`stencil_mix` through ``torch.compile`` (one generated kernel per buffer shape and shift set)."""
-    if not _COMPILED:
-        _COMPILED.append(torch.compile(stencil_mix, fullgraph=True, dynamic=False))
-    return _COMPILED[0]
-
-
-def use_stencil(num_shifts: int, nodes: int) -> bool:
-    """The density rule: the stencil's compiled kernel does ``num_shifts`` multiply-adds per element
-    where the matmul does ``nodes``; it is chosen for sparse graphs (at most half the shifts
-    used: ring, torus, one-peer graphs) and the matmul is kept for dense ones (complete,
-    exponential on few nodes, multi-round powers that fill W). A ring (3 shifts) counts as
-    sparse at every M."""
-    return num_shifts <= 3 or 2 * num_shifts <= nodes

@@ -1,13 +1,14 @@
 """What the gossip study counts of communication: rho per gossip round, and the bytes each node
-sends (the mixer's own count, :attr:`dadam3.mixing.Mixer.bytes_sent`) after any iteration."""
+sends (the mixer's own count, :attr:`dadam3.mixing.Mixer.bytes_sent`) over one period of the
+schedule and after any iteration."""
 from __future__ import annotations
 
-import numpy as np
-import torch
+from typing import Callable
 
-from dadam3.mixing import Mixer
-from dadam3.optim import build_optimizer
-from dadam3.topology import Topology
+import numpy as np
+
+from dadam3.mixing.mixer import Mixer
+from dadam3.topologies import Topology
 
 
 def rho_per_round(topo: Topology) -> float:
@@ -16,18 +17,14 @@ def rho_per_round(topo: Topology) -> float:
     return topo.rho if not topo.time_varying else topo.rho ** (1.0 / topo.period)
 
 
-def mixer_bytes(optimizer: str, hparams: dict, mixer: Mixer, nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The mixer's own count (``Mixer.bytes_sent``, [M] per node) of the torch optimizer on this
-    game's buffers (theta and alpha, float64): after its start, and after each of the iterations
-    1..P of one period of the schedule (P = 1 for a static W), cumulative."""
-    theta = torch.zeros(nodes, 1, dtype=torch.float64)
-    alpha = torch.zeros(nodes, 1, dtype=torch.float64)
-    opt = build_optimizer(optimizer, [{"params": [theta]}, {"params": [alpha], "maximize": True}], mixer, **hparams)
+def period_bytes(mixer: Mixer, step: Callable[[], None]) -> tuple[np.ndarray, np.ndarray]:
+    """The mixer's own count (``Mixer.bytes_sent``, [M] per node) now, and after each of the
+    iterations 1..P of one period of the schedule (P = 1 for a static W), cumulative: ``step()``
+    is one iteration of whatever mixes with ``mixer`` (an optimizer's step)."""
     start = mixer.bytes_sent.copy()
     period = []
     for _ in range(mixer.topology.period if mixer.topology.time_varying else 1):
-        theta.grad, alpha.grad = torch.zeros_like(theta), torch.zeros_like(alpha)
-        opt.step()
+        step()
         period.append(mixer.bytes_sent.copy())
     return start, np.array(period)
 

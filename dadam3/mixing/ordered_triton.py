@@ -1,7 +1,7 @@
-"""The ordered gossip round (:mod:`dadam3.ordered_mix`) as ONE Triton kernel per flat buffer
+"""The ordered gossip round (:mod:`dadam3.mixing.ordered`) as ONE Triton kernel per flat buffer
 and round, for CUDA tensors.
 
-It computes what :meth:`dadam3.ordered_mix.RoundTerms.apply` computes::
+It computes what :meth:`dadam3.mixing.ordered.RoundTerms.apply` computes::
 
     out[i, p] = (...((x[j_0, p] * w_i0) + x[j_1, p] * w_i1) + ...) + x[j_T-1, p] * w_i,T-1
 

@@ -1,4 +1,4 @@
-"""The checks every mixing matrix W passes before it mixes (:func:`dadam3.topology.build_topology`):
+"""The checks every mixing matrix W passes before it mixes (:func:`dadam3.topologies.build_topology`):
 square, finite, non-negative, doubly stochastic, symmetric where the theory asks, connected
 (Assumption D: rho = ||W - 11^T/M||_2 < 1), and a W that is doubly stochastic only within
 :data:`TOLERANCE` made exactly so. Pure numpy (float64).
@@ -9,12 +9,17 @@ import logging
 
 import numpy as np
 
-from dadam3.errors.config import ConfigError
+from dadam3.errors.config import ConfigError, check_int
 
 log = logging.getLogger(__name__)
 
 TOLERANCE = 1e-6          # a W further than this from doubly stochastic is refused
 EXACT = 1e-14             # a W within TOLERANCE but further than this is projected (Sinkhorn)
+
+
+def check_nodes(M) -> int:
+    """M as an int: the number of nodes of a topology, a node layout or a sampler (>= 1)."""
+    return check_int("nodes", M, 1)
 
 
 def spectral_gap_rho(W: np.ndarray) -> float:

@@ -13,7 +13,7 @@ A BLAS matmul does not promise this: its blocking (and so its rounding) depends 
 shape of the whole product, e.g. on how many rows a rank holds.
 
 Kernels: on the CPU one compiled numba loop (:func:`_ordered_rows`); on CUDA one Triton kernel
-per buffer and round (:mod:`dadam3.ordered_mix_triton`, no fused multiply-add: the same bits);
+per buffer and round (:mod:`dadam3.mixing.ordered_triton`, no fused multiply-add: the same bits);
 elsewhere, under autograd, or without Triton, the torch ops of :meth:`RoundTerms.apply`.
 """
 from __future__ import annotations
@@ -22,19 +22,19 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from dadam3.numba_cache import njit_cached
+from dadam3.compiled.numba_cache import njit_cached
 
 _TRITON: list = []
 
 
 def _triton_kernel():
-    """:mod:`dadam3.ordered_mix_triton`, imported on first use; None where Triton is missing."""
+    """:mod:`dadam3.mixing.ordered_triton`, imported on first use; None where Triton is missing."""
     if not _TRITON:
         try:
-            from dadam3 import ordered_mix_triton
+            from dadam3.mixing import ordered_triton
         except ImportError:          # Triton ships with torch's Linux CUDA wheels only
-            ordered_mix_triton = None
-        _TRITON.append(ordered_mix_triton)
+            ordered_triton = None
+        _TRITON.append(ordered_triton)
     return _TRITON[0]
 
 

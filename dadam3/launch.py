@@ -1,8 +1,8 @@
-"""``python -m dadam3.distributed.launch``: torchrun, with a clean stop that looks like one.
+"""``python -m dadam3.launch``: torchrun, with a clean stop that looks like one.
 
 Takes torchrun's arguments unchanged and runs the same elastic agent, for example::
 
-    python -m dadam3.distributed.launch --standalone --nproc-per-node=2 -m dadam3.train placement=distributed ...
+    python -m dadam3.launch --standalone --nproc-per-node=2 -m dadam3.train placement=distributed ...
 
 torchrun reports every non-zero rank exit, and a signal to itself, as a failure: exit status
 1 and a multi-line dump. Here the ranks' own outcome is the result: when they stopped on
