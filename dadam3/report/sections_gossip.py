@@ -304,9 +304,9 @@ def section(root: Path, out: Output) -> list[str]:
     seeds = sorted({s["graph_seed"] for s in cells if s["graph_seed"] is not None})
     lines += [f"- Erdős–Rényi: G(M, p) redrawn until connected, Metropolis–Hastings weights, {er or UNKNOWN}; "
               f"graph seeds {', '.join(map(str, seeds)) or UNKNOWN}",
-              "- torus: rows × cols is the most square factorisation of M (`dadam3/topology.py`), Metropolis–Hastings "
-              "weights" + "".join(f"; not built at M = {x['nodes']}: {x['reason']}" for x in study.get("not_built", [])
-                                  if x["topology"] == "torus"),
+              "- torus: rows × cols is the most square factorisation of M (`dadam3/topologies/torus.py`), "
+              "Metropolis–Hastings weights" + "".join(f"; not built at M = {x['nodes']}: {x['reason']}"
+                                                      for x in study.get("not_built", []) if x["topology"] == "torus"),
               "- one-peer exponential is time-varying (round r mixes with peer i + 2^(r mod ⌈log₂M⌉)): its ρ here is "
               "per round, the geometric mean ρ(W_P ⋯ W_1)^(1/P) over one period of P = ⌈log₂M⌉ rounds (0 where M is "
               "a power of two: one period averages exactly)",
