@@ -45,12 +45,15 @@ def main(argv=None) -> None:
             return print_next(a.results, a.plans, a.next)
         if a.here is not None:
             return check_here(a.results, a.plans, a.here[0], a.here[1:])
-        removed, queue = write(a.results, a.plans)
+        removed, kept, queue = write(a.results, a.plans)
     except ConfigError as e:         # no runs there, a damaged run, or a REPORT.md the report did not write
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     for path in removed:
         print(f"removed stale {path}")
+    if kept:
+        print(f"warning: kept {len(kept)} file(s) the report's manifest lists but it may not delete: "
+              + "; ".join(kept), file=sys.stderr)
     for line in queue:
         print(line)
     print(f"wrote {a.results / 'REPORT.md'}")

@@ -115,9 +115,9 @@ def _build(root: Path, out: Output, plan_dir: Path) -> tuple[str, Output, list[s
     return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out, sp.queue(families)
 
 
-def write(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[list[Path], list[str]]:
+def write(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[list[Path], list[str], list[str]]:
     """Write ``REPORT.md`` and its figures; remove what the previous report wrote and this one did
-    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed and the
-    runs still to make."""
+    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed, those
+    its manifest lists that it kept (each with why) and the runs still to make."""
     text, out, queue = build(root, plan_dir)
-    return out.finish(text), queue
+    return *out.finish(text), queue

@@ -2,6 +2,7 @@
 (``.hydra/``), both written only once the run holds its directory."""
 from __future__ import annotations
 
+import io
 import json
 import logging
 import logging.handlers
@@ -18,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError, one_line
-from dadam3.errors.files import write_text_whole, writing
+from dadam3.errors.files import open_appending, write_text_whole, writing
 from dadam3.errors.stops import RunStopped
 from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
 
@@ -29,9 +30,15 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra'
 
 
 class _JobLogFile(logging.FileHandler):
-    """``train.log``: a write that fails (full disk, file-size limit) turns the file off with one
+    """``train.log``: a file this run created, holding what the log held before (a resume's:
+    :func:`~dadam3.errors.files.open_appending`, so a link or a hard-linked copy is never
+    written); a write that fails (full disk, file-size limit) turns the file off with one
     line on stderr instead of logging's traceback per record; the run goes on (its records
     and checkpoints say whether they could be written)."""
+
+    def _open(self):
+        return io.TextIOWrapper(io.BufferedWriter(open_appending(self.baseFilename)), encoding="utf-8",
+                                write_through=True)
 
     def handleError(self, record: logging.LogRecord) -> None:
         reason = sys.exc_info()[1]
