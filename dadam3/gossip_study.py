@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -112,9 +111,7 @@ def run_cell(cell: Cell, out: Path) -> dict:
     seconds = time.perf_counter() - t0
     write_results(d, result, status)
     summary = summarize(cell, result, status["status"], topo, start, period)
-    tmp = d / f".{SUMMARY}.tmp"
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    os.replace(tmp, d / SUMMARY)
+    write_text_whole(d / SUMMARY, json.dumps(summary, indent=1) + "\n")
     return {**summary, "seconds": seconds}
 
 

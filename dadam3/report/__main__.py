@@ -74,7 +74,7 @@ def family_here(results: Path, plan_dir: Path, family: str, option: str):
     plans = {p.family: p for p in plan.load_all(plan_dir)}
     if family not in plans:
         raise ConfigError(option, family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
-    with one_snapshot():
+    with one_snapshot(plans.values()):
         fam = families.build(results, plans[family])
     devices = {s.get("device", "cpu") for r in fam.runs for s in r.provenance} or {"cpu"}
     return fam, device_model(devices.pop() if len(devices) == 1 else "cpu")

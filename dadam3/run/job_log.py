@@ -162,8 +162,9 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     device model, this boot of the machine (``machine_session``), thread count, and
     the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
     key of the identity starts a segment of another one). From a checkout with uncommitted changes
-    (commit ``+dirty``) the diff goes beside it as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
-    for a resume), named in the entry (``code_diff``)."""
+    (commit ``+dirty``) the package's diff goes beside it as ``code.diff``
+    (``.hydra/resumed_<iteration>/code.diff`` for a resume), named in the entry (``code_diff``; the files
+    its size cap left out: ``code_diff_left_out``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              **code_fields(), "torch": torch.__version__,
@@ -173,8 +174,10 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     diff = code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
     if diff is not None:
         where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
-        files[run_dir / where] = diff
+        files[run_dir / where] = diff[0]
         entry["code_diff"] = where.as_posix()
+        if diff[1]:
+            entry["code_diff_left_out"] = diff[1]
     earlier = earlier_segments(run_dir) if iteration else []       # a fresh run's is its own
     files[run_dir / PROVENANCE] = json.dumps([s for s in earlier if s["from_iteration"] < iteration] + [entry],
                                              indent=1) + "\n"
