@@ -31,6 +31,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import DataFileError
 from dadam3.run.paths import HYDRA_NO_TILDE, check_path
 from dadam3.run.schema import check_overrides, compose, synthetic_settings, train_settings
 
@@ -78,7 +79,7 @@ def _resumed_run_config(parsed: Sequence[Any]) -> dict[str, Any] | None:
         return None
     try:
         return run_config(str(resume))
-    except (ConfigError, OSError):
+    except (ConfigError, OSError, DataFileError):
         return None
 
 

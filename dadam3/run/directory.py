@@ -164,9 +164,14 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             check_log_not_ahead(home / "metrics.jsonl", ckpt["iteration"], config, resume)
         changed = check_resume(ckpt, path, config, may_change_on_resume, TrainConfig.renamed)
     run_dir = Path(home or run_dir)
-    check_no_link("hydra.run.dir" if home is None else "resume", resume if home is not None else run_dir, run_dir)
-    check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
-    if home is not None and not (home / "metrics.jsonl").is_file():
+    key, value = ("hydra.run.dir", run_dir) if home is None else ("resume", resume)
+    check_no_link(key, value, run_dir)
+    check_usable_dir(key, run_dir)
+    check_no_link(key, value, run_dir / MANIFEST)       # the run's manifest is read back: its own regular file
+    if os.path.lexists(run_dir / MANIFEST) and not (run_dir / MANIFEST).is_file():
+        raise ConfigError(key, str(value), f"{run_dir / MANIFEST} is not a regular file: not a run's manifest; move it "
+                                           "away")
+    if home is not None and not os.path.lexists(home / "metrics.jsonl"):
         raise ConfigError("resume", resume, f"{home / 'metrics.jsonl'} is missing (the run's log up to iteration "
                                             f"{ckpt['iteration']} is gone): restore it, or continue in a new "
                                             "directory named with hydra.run.dir=NEW")

@@ -54,8 +54,7 @@ def check_no_link(key: str, value: Any, path: Any, below: bool = False) -> None:
         links = [Path(d) / n for d, names, _ in os.walk(path) for n in names if (Path(d) / n).is_symlink()][:1]
     if links:
         raise ConfigError(key, str(value), f"{links[0]} is a symbolic link to {os.readlink(links[0])}: nothing is "
-                                           "written through a link; give the real directory, or replace the link "
-                                           "by a folder")
+                                           "written through a link; use the real path, or replace the link")
 
 
 def check_writable_file(key: str, path: Any) -> Path:

@@ -25,6 +25,7 @@ import dadam3.run.schema.presets as presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema import TrainConfig, config_error, merged_overrides
+from dadam3.errors.files import DataFileError
 from dadam3.run.schema.groups import GROUPS
 from dadam3.run.schema.overrides import VALUE_FLAGS
 from dadam3.run.schema.runs import only_with
@@ -179,7 +180,7 @@ def resume_argv(argv: list[str]) -> list[str]:
             resume = o.value()
     try:
         base = [] if resume is None else group_choices(run_config(resume), argv)
-    except (ConfigError, OSError):
+    except (ConfigError, OSError, DataFileError):
         base = []                   # the run says so, in its own words
     if not base:
         return argv
