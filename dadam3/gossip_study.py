@@ -53,13 +53,14 @@ from pathlib import Path
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.files import write_text_whole
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
 from dadam3.games.study_grid import SPREADS, STUDY, SUMMARY, Cell, er_p, grid
 from dadam3.gossip_bytes import bytes_after, mixer_bytes, rho_per_round
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
-from dadam3.run.paths import ArgumentParser, path_argument
+from dadam3.run.paths import ArgumentParser, check_no_link, path_argument
 from dadam3.run.job_log import record_provenance
 from dadam3.run.provenance import code_commit
 from dadam3.optim import mixer_for
@@ -210,6 +211,7 @@ def main(argv=None) -> None:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         sys.exit(2)
+    exit_on_failure(check_no_link)("--out", a.out, a.out, below=True)     # nothing written through a link
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         study(a.out, a.jobs, a.smoke, a.heterogeneous, a.shared_scale)

@@ -51,14 +51,15 @@ for i in "${!OPTS[@]}"; do
   fi
 done
 PLOT_IN=${PLOT[1]:-}              # empty when the plot already ended (it says why below)
+PLOT_PID=${PLOT_PID:-}            # unset too by then: its status is in its output
 if [ "$status" -ne 0 ]; then
   [ -z "$PLOT_IN" ] || eval "exec $PLOT_IN>&-"    # the end of its input: it exits, drawing nothing
-  wait "$PLOT_PID" 2>/dev/null || true
+  [ -z "$PLOT_PID" ] || wait "$PLOT_PID" 2>/dev/null || true
   exit "$status"
 fi
 [ -z "$PLOT_IN" ] || echo go >&"$PLOT_IN" 2>/dev/null || true
 rc=0
-wait "$PLOT_PID" || rc=$?
+[ -z "$PLOT_PID" ] || wait "$PLOT_PID" || rc=$?
 cat "$LOGS/plot.out"
 cat "$LOGS/plot.err" >&2
 [ "$rc" -eq 0 ] || exit "$rc"

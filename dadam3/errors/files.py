@@ -14,6 +14,7 @@ the run machinery's (:mod:`dadam3.run.paths`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
@@ -150,6 +151,7 @@ def open_appending(path: Any, content: bytes | None = None) -> BinaryIO:
                     content = old.read()
     with writing(path):
         fd, tmp = new_temporary(path)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)     # after a cut: at the end
         f = os.fdopen(fd, "ab", buffering=0)
         try:
             view = memoryview(content)
