@@ -30,6 +30,7 @@ trap 'rm -rf "$LOGS"' EXIT
 trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true' INT TERM
 coproc PLOT { exec "$PY" -m dadam3.plot fig1 --wait --run "Dadam3=$OUT/dadam3" --run "DP-OAdam=$OUT/dp_oadam" \
   --out "$OUT/fig1_synthetic.png" >"$LOGS/plot.out" 2>"$LOGS/plot.err"; }
+PLOT_WAIT=$PLOT_PID                # bash unsets PLOT_PID once the plot has ended: its pid kept here
 for opt in "${OPTS[@]}"; do
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
     nice -n "${NICE:-0}" "$PY" -m dadam3.synthetic optimizer="$opt" overwrite=true "$@" hydra.run.dir="$OUT/$opt" \
@@ -51,15 +52,14 @@ for i in "${!OPTS[@]}"; do
   fi
 done
 PLOT_IN=${PLOT[1]:-}              # empty when the plot already ended (it says why below)
-PLOT_PID=${PLOT_PID:-}            # unset too by then: its status is in its output
 if [ "$status" -ne 0 ]; then
   [ -z "$PLOT_IN" ] || eval "exec $PLOT_IN>&-"    # the end of its input: it exits, drawing nothing
-  [ -z "$PLOT_PID" ] || wait "$PLOT_PID" 2>/dev/null || true
+  wait "$PLOT_WAIT" 2>/dev/null || true
   exit "$status"
 fi
 [ -z "$PLOT_IN" ] || echo go >&"$PLOT_IN" 2>/dev/null || true
 rc=0
-[ -z "$PLOT_PID" ] || wait "$PLOT_PID" || rc=$?
+wait "$PLOT_WAIT" || rc=$?
 cat "$LOGS/plot.out"
 cat "$LOGS/plot.err" >&2
 [ "$rc" -eq 0 ] || exit "$rc"

@@ -43,9 +43,9 @@ class WriteFailed(RunStopped):
 
     prefix = "error: write failed"
 
-    def __init__(self, path: Any, reason: str):
+    def __init__(self, path: Any, reason: str, advice: str = ""):
         self.path, self.reason = Path(path), reason
-        super().__init__(f"{path}: {reason}")
+        super().__init__(f"{path}: {reason}" + (f"; {advice}" if advice else ""))
 
 
 def write_failure_reason(e: BaseException, path: Any) -> str:
@@ -85,7 +85,8 @@ def writing(path: Any) -> Iterator[None]:
             raise StoppedAtOnce.raised from None     # a second signal that a library made another error of
         if not isinstance(e, Exception):
             raise
-        raise WriteFailed(path, write_failure_reason(e, path)) from None
+        reason = write_failure_reason(e, path)
+        raise WriteFailed(path, reason, f"{what_to_do(reason)}, then run the command again") from None
 
 
 def new_temporary(path: Any) -> tuple[int, Path]:

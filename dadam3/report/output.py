@@ -50,8 +50,15 @@ class Output:
 
     def check(self) -> None:
         """Before anything is written (see the module docstring)."""
-        check_no_link("--results", self.root, self.root, below=True)
-        logs = [Path(d) / n for d, _, files in os.walk(self.root) for n in files if n in RUN_LOGS]
+        check_no_link("--results", self.root, self.root)
+        check_no_link("--results", self.root, self.root / FIGURE_DIR, below=True)
+        walk = list(os.walk(self.root))
+        linked = next((Path(d) / n for d, names, _ in walk for n in names if (Path(d) / n).is_symlink()), None)
+        if linked is not None:
+            raise ConfigError("--results", str(self.root), f"{linked} is a symbolic link to {os.readlink(linked)}: "
+                                                           "the report reads each run once, at its real path; remove "
+                                                           "the link; nothing written")
+        logs = [Path(d) / n for d, _, files in walk for n in files if n in RUN_LOGS]
         odd = next((p for p in logs if p.is_symlink() or not p.is_file()), None)
         if odd is not None:
             what = f"a symbolic link to {os.readlink(odd)}" if odd.is_symlink() else "not a regular file"

@@ -130,7 +130,7 @@ def commit_text(segment: dict) -> str:
     """A provenance segment's commit, shortened to 12 digits: ``+dirty`` kept (with ``, diff saved``
     when the run saved the uncommitted changes, ``code_diff``), never printed as the clean commit."""
     commit = str(segment.get("code_commit", UNKNOWN))
-    if not validate.COMMIT.fullmatch(commit):        # what git could not give, said whole: unknown (why), ...
+    if not re.fullmatch(r"[0-9a-f]+(\+dirty)?", commit):     # what git could not give, said whole: unknown (why)
         return commit
     dirty = commit.endswith(DIRTY)
     text = commit.removesuffix(DIRTY)[:12] + (DIRTY if dirty else "")

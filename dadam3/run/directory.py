@@ -40,6 +40,7 @@ from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_whole, write_text_whole
+from dadam3.errors.small_files import read_small, read_small_text, yaml_value
 from dadam3.run.hydra_dirs import created_by_this_process
 from dadam3.run.job_log import earlier_segments
 from dadam3.run.lock import hold_lock, take_lock
@@ -96,7 +97,7 @@ class RunDir:
                         ", ".join(self.kept), self.path, MANIFEST)
         if self.writes:                 # listed before any of them is created
             try:
-                self._manifest_before = (self.path / MANIFEST).read_bytes()
+                self._manifest_before = read_small(self.path / MANIFEST)
             except FileNotFoundError:
                 self.made.append(MANIFEST)
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
@@ -265,8 +266,9 @@ def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
 def config_on_file(run: Path) -> Any:
     """The run's ``config_resolved.yaml`` as a container, or None (missing, unreadable, not YAML)."""
     try:
-        return OmegaConf.to_container(OmegaConf.load(run / "config_resolved.yaml"))
-    except Exception:           # missing or not YAML: not the checkpoint's run
+        return OmegaConf.to_container(OmegaConf.create(yaml_value(read_small_text(run / "config_resolved.yaml"),
+                                                                  run / "config_resolved.yaml")))
+    except Exception:           # missing, not YAML, no small regular file: not the checkpoint's run
         return None
 
 

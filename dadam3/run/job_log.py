@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import logging.handlers
 import platform
 import sys
@@ -19,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError, one_line
-from dadam3.errors.files import open_appending, write_text_whole, writing
+from dadam3.errors.files import DataFileError, open_appending, write_text_whole, writing
+from dadam3.errors.small_files import json_value, read_small_text
 from dadam3.errors.stops import RunStopped
 from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
 
@@ -189,12 +191,14 @@ def earlier_segments(run_dir: Path, key: str = "resume", value: Any = None) -> l
     JSON list of segments, each with an integer ``from_iteration``, is one line (``key=value``):
     a resume refuses it before anything is written rather than drop the run's earlier segments."""
     path = Path(run_dir) / PROVENANCE
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
     try:
-        segments = json.loads(path.read_text(encoding="utf-8"))
+        segments = json_value(read_small_text(path), path)
     except (OSError, ValueError) as e:
         why = one_line(e)
+    except DataFileError as e:          # a FIFO, a device, a huge or deep file
+        why = e.reason
     else:
         if isinstance(segments, list) and all(isinstance(s, dict) and type(s.get("from_iteration")) is int
                                               for s in segments):

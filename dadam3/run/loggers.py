@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import open_appending, write_whole, writing
-from dadam3.errors.small_files import LOG, read_small
+from dadam3.errors.small_files import LOG, json_value, read_small
 from dadam3.run.rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -87,16 +87,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """All complete records of a ``metrics.jsonl``, non-finite strings turned back into floats.
 
     Note: a string value that is exactly ``"NaN"``/``"Infinity"``/``"-Infinity"`` is read back
-    as a float too. A torn last line (writer killed mid-line) is skipped.
+    as a float too. A torn last line (writer killed mid-line) is skipped. Read small
+    (:mod:`dadam3.errors.small_files`: a regular file, size and nesting capped).
     """
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            if line.strip():
-                out.append(_from_json(json.loads(line)))
-    return out
+    lines = read_small(path, LOG).decode("utf-8").split("\n")[:-1]
+    return [_from_json(json_value(line, path)) for line in lines if line.strip()]
 
 
 def _check_iteration(metrics: Mapping[str, Any], step: int) -> None:
