@@ -61,7 +61,7 @@ def make_run(results: Path, method: str, lr: float, seed: int, fid: float, secon
     d = results / "fmnist" / "round3" / family / arm / f"lr{lr_name(lr)}" / method / f"seed{seed}"
     d.mkdir(parents=True)
     second = fid if second is None else second
-    own = zlib.crc32(d.relative_to(results).as_posix().encode()) * 1e-12     # each run logs its own losses
+    own = zlib.crc32(d.relative_to(results).as_posix().encode()) % 1000 * 1e-12     # each run logs its own losses
     recs = []
     for k, frac in ((100, 0.0), (200, 1.0)):
         f, g = 400.0 + frac * (fid - 400.0), 400.0 + frac * (second - 400.0)

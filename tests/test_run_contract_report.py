@@ -111,7 +111,7 @@ REFUSED = {     # case: (change the tree, exit status, what the one line says)
     "a log cut short plus a finished record": (_log_cut_plus_finished, 1,
                                                "finished at iteration 200, but its records stop at iteration 100"),
     "copies with an edited seed and run id": (_copies_with_edited_seed_and_run_id, 1,
-                                              "the same logged values, under another config"),
+                                              "the same logged values under another seed (1, there 0: a copy"),
     "a run at another step size in a preset's folder": (_another_step_size_in_a_preset_folder, 1,
                                                         "optimizer.lr=0.001 disagrees with the folder fmnist/fig2"),
     "a config of another optimizer in its folder": (_another_optimizer_in_its_folder, 1,

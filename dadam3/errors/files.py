@@ -121,7 +121,7 @@ def write_whole(path: Any, write: Callable[[BinaryIO], Any]) -> None:
     with writing(path):
         fd, tmp = new_temporary(path)
         try:
-            with os.fdopen(fd, "wb") as f:
+            with _named(os.fdopen(fd, "wb"), tmp) as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
@@ -153,7 +153,7 @@ def open_appending(path: Any, content: bytes | None = None) -> BinaryIO:
     with writing(path):
         fd, tmp = new_temporary(path)
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)     # after a cut: at the end
-        f = os.fdopen(fd, "ab", buffering=0)
+        f = _named(os.fdopen(fd, "ab", buffering=0), path)
         try:
             view = memoryview(content)
             while view:
@@ -165,6 +165,13 @@ def open_appending(path: Any, content: bytes | None = None) -> BinaryIO:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+    return f
+
+
+def _named(f: Any, name: Path) -> Any:
+    """``f`` (opened from a descriptor: named by its number) named by its path, as ``open`` names a
+    file: libraries and the one-line errors name the file by it."""
+    (getattr(f, "raw", f)).name = str(name)
     return f
 
 

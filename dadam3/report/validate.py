@@ -21,9 +21,10 @@ Refused, each by name:
   ``seed<digits>``; a run folder that is a symbolic link (the report reads each run once, at its
   real path);
 * identity (:class:`Identity`): two directories that are one run (the same ``run_id``, the same
-  ``metrics.jsonl`` inode), or whose logged values are identical while their configs differ (a copy
-  with its seed or run id edited: a re-execution of the same config gives the same values and is
-  the same run).
+  ``metrics.jsonl`` inode), or whose logged values are identical while their configs differ in the
+  seed only (a copy with its seed or run id edited: two seeds never log the same values; a
+  re-execution of the same config gives the same values and is the same run; two configs that
+  differ otherwise may compute alike, Cadam3 and Dadam3 on the complete graph).
 """
 from __future__ import annotations
 
@@ -236,8 +237,8 @@ def _same(have: Any, want: Any) -> bool:
 
 class Identity:
     """Each run read once: two directories holding one run (the same ``run_id``, the same
-    ``metrics.jsonl`` inode, or identical logged values under different configs: a copy) are
-    refused, naming both."""
+    ``metrics.jsonl`` inode, or identical logged values under configs that differ in the seed only:
+    a copy) are refused, naming both."""
 
     def __init__(self):
         self.seen: dict[tuple, tuple[Path, str]] = {}
@@ -248,15 +249,19 @@ class Identity:
         values = [{k: v for k, v in r.items() if k not in NOT_VALUES} for r in records
                   if r.get("status") in (None, "running")]
         digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
-        me = run_identity(config) if config else "no config"
+        # a copy: the same config but its seed (no two seeds log the same values); two configs that differ
+        # otherwise may compute alike (Cadam3 and Dadam3 on the complete graph) and are two runs
+        me = (run_identity({k: v for k, v in config.items() if k != "seed"}), config.get("seed"))
         keys = [("inode", st.st_dev, st.st_ino)] + ([("run_id", run_id)] if run_id else []) + \
-            ([("values", digest)] if values else [])
+            ([("values", digest)] if values and config else [])
         for key in keys:
             other, theirs = self.seen.get(key, (None, None))
-            if other is None or other == directory or (key[0] == "values" and theirs == me != "no config"):
+            if other is None or other == directory or (key[0] == "values" and (theirs[0] != me[0]
+                                                                                or theirs[1] == me[1])):
                 continue
             what = {"run_id": f"the same run_id {run_id}", "inode": "the same metrics.jsonl (hard link)",
-                    "values": "the same logged values, under another config (a copy, its seed or run id edited?)"}
+                    "values": f"the same logged values under another seed ({me[1]}, there {theirs[1]}: a copy, its "
+                              "seed or run id edited?)"}
             raise DataFileError(directory, f"{what[key[0]]} as {other}: one run in two directories would count "
                                            "twice", None, "remove one of them")
         for key in keys:

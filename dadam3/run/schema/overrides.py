@@ -161,15 +161,15 @@ def config_error(e: Exception) -> ConfigError:
     first = next((line for line in str(keyed).strip().splitlines() if line.strip()), type(keyed).__name__)
     where = re.search(r"In '([\w/-]+)/([\w.-]+)'", str(e))
     key = getattr(keyed, "full_key", None) or "config"
-    value = getattr(keyed, "value", None)
+    value = getattr(keyed, "value", "?")
     if where is not None:
         group, option = where.groups()
         files = presets.preset_files(group, option)
         found = presets.preset(group, option) if key != "config" else None
-        if value is None and found is not None:
-            value = OmegaConf.select(OmegaConf.create(found[0] if found[2] else {group: found[0]}), key, default=None)
+        if value in ("?", None) and found is not None:
+            value = OmegaConf.select(OmegaConf.create(found[0] if found[2] else {group: found[0]}), key, default="?")
         first = f"set by the preset {group}={option} ({files[0] if files else 'no file'}): {first.strip()}"
-    return ConfigError(key, "?" if value is None else value, first)
+    return ConfigError(key, value, first)
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:
