@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -55,6 +54,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.files import write_text_whole
 from dadam3.errors.stops import Diverged
 from dadam3.games.synthetic import SyntheticGame
@@ -62,7 +62,7 @@ from dadam3.games.study_grid import SPREADS, STUDY, SUMMARY, Cell, er_p, grid
 from dadam3.games.synthetic_run import TARGET_ERROR, SyntheticDiverged, run_synthetic
 from dadam3.mixing import Mixer
 from dadam3.mixing.gossip_bytes import bytes_after, period_bytes, rho_per_round
-from dadam3.run.paths import ArgumentParser, path_argument
+from dadam3.run.paths import ArgumentParser, check_no_link, path_argument
 from dadam3.run.job_log import record_provenance
 from dadam3.run.provenance import code_commit
 from dadam3.optim import build_optimizer, mixer_for
@@ -115,9 +115,7 @@ def run_cell(cell: Cell, out: Path) -> dict:
     seconds = time.perf_counter() - t0
     write_results(d, result, status)
     summary = summarize(cell, result, status["status"], topo, start, period)
-    tmp = d / f".{SUMMARY}.tmp"
-    tmp.write_text(json.dumps(summary, indent=1) + "\n")
-    os.replace(tmp, d / SUMMARY)
+    write_text_whole(d / SUMMARY, json.dumps(summary, indent=1) + "\n")
     return {**summary, "seconds": seconds}
 
 
@@ -229,6 +227,7 @@ def main(argv=None) -> None:
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         sys.exit(2)
+    exit_on_failure(check_no_link)("--out", a.out, a.out, below=True)     # nothing written through a link
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         study(a.out, a.jobs, a.smoke, a.heterogeneous, a.shared_scale)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from dadam3.errors.boundary import exit_on_failure
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import DataFileError, WriteFailed, write_text_whole, write_whole
+from dadam3.errors.files import DataFileError, WriteFailed, new_temporary, write_text_whole, write_whole
 from dadam3.errors.pickled import Picklable
 from dadam3.run.paths import ArgumentParser, check_writable_file, path_argument
 
@@ -96,15 +97,13 @@ def check_out(out: Path, figure: str) -> None:
             raise ConfigError("--out", str(out), f"needs the suffix of a format matplotlib writes: "
                                                  f"{', '.join('.' + f for f in sorted(formats))}")
     check_writable_file("--out", out)
-    existed = out.exists()
-    try:
+    try:                # a new file can be made beside it (the figure is one, renamed over --out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "ab"):
-            pass
+        fd, tmp = new_temporary(out)
+        os.close(fd)
+        os.unlink(tmp)
     except OSError as e:
         raise ConfigError("--out", str(out), f"cannot be written ({e.strerror or e}); choose another path") from None
-    if not existed:
-        out.unlink(missing_ok=True)
 
 
 def read_records(path: Path) -> list[dict]:

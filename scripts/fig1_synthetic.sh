@@ -14,9 +14,14 @@
 # with them (its imports overlap theirs) and waits for a line on its standard input ("go"; the
 # end of it when a run failed or this script stops: nothing drawn). A stop signal
 # to this script is passed on to both runs (each records "interrupted" in its status.json).
+# NICE=N: both runs start under `nice -n N` (0 to 19; default 0: Fig. 1's times are the driver's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
+if ! [[ ${NICE:-0} =~ ^([0-9]|1[0-9])$ ]]; then
+  echo "error: NICE=${NICE}: the niceness increment of each run (nice -n): a whole number from 0 to 19" >&2
+  exit 2
+fi
 OUT=${FIG1_OUT:-outputs/fig1}
 OPTS=(dadam3 dp_oadam)
 LOGS=$(mktemp -d)
@@ -25,9 +30,10 @@ trap 'rm -rf "$LOGS"' EXIT
 trap 'kill -TERM "${PIDS[@]}" 2>/dev/null || true' INT TERM
 coproc PLOT { exec "$PY" -m dadam3.plot fig1 --wait --run "Dadam3=$OUT/dadam3" --run "DP-OAdam=$OUT/dp_oadam" \
   --out "$OUT/fig1_synthetic.png" >"$LOGS/plot.out" 2>"$LOGS/plot.err"; }
+PLOT_WAIT=$PLOT_PID                # bash unsets PLOT_PID once the plot has ended: its pid kept here
 for opt in "${OPTS[@]}"; do
   OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NUMBA_NUM_THREADS=1 \
-    "$PY" -m dadam3.synthetic optimizer="$opt" overwrite=true "$@" hydra.run.dir="$OUT/$opt" \
+    nice -n "${NICE:-0}" "$PY" -m dadam3.synthetic optimizer="$opt" overwrite=true "$@" hydra.run.dir="$OUT/$opt" \
     >"$LOGS/$opt" 2>&1 &
   PIDS+=($!)
 done
@@ -48,12 +54,12 @@ done
 PLOT_IN=${PLOT[1]:-}              # empty when the plot already ended (it says why below)
 if [ "$status" -ne 0 ]; then
   [ -z "$PLOT_IN" ] || eval "exec $PLOT_IN>&-"    # the end of its input: it exits, drawing nothing
-  wait "$PLOT_PID" 2>/dev/null || true
+  wait "$PLOT_WAIT" 2>/dev/null || true
   exit "$status"
 fi
 [ -z "$PLOT_IN" ] || echo go >&"$PLOT_IN" 2>/dev/null || true
 rc=0
-wait "$PLOT_PID" || rc=$?
+wait "$PLOT_WAIT" || rc=$?
 cat "$LOGS/plot.out"
 cat "$LOGS/plot.err" >&2
 [ "$rc" -eq 0 ] || exit "$rc"

@@ -33,6 +33,7 @@ from dadam3.metrics import fmnist_classifier as fc
 from dadam3.metrics.fidelity import dataset_cache_name, image_fidelity_metrics
 from dadam3.metrics.images import to_uint8_rgb
 from dadam3.metrics.spec import FMNIST_CLASSIFIER, FidelitySpec
+from dadam3.errors.files import write_text_whole
 
 ROWS = (("real test set (10 000)", "test"), ("uniform noise in [-1, 1] (10 000)", "noise"))
 
@@ -77,7 +78,7 @@ def main() -> None:
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "reference_values.json").write_text(json.dumps({"setup": setup, "values": values, "wall_time": times},
+    write_text_whole(out / "reference_values.json", json.dumps({"setup": setup, "values": values, "wall_time": times},
                                                           indent=2) + "\n")
     lines = [
         "# Fashion-MNIST: reference values of IS / FID / KID with the Fashion-MNIST classifier",
@@ -105,7 +106,7 @@ def main() -> None:
               f"(loading the data {times['load_data_s']:.1f} s; test set {times['test_s']:.1f} s, which includes "
               f"computing and caching the training set's features; noise {times['noise_s']:.1f} s, training "
               "features read from the cache).", ""]
-    (out / "reference_values.md").write_text("\n".join(lines))
+    write_text_whole(out / "reference_values.md", "\n".join(lines))
     print("\n".join(lines))
     if tmp is not None:
         tmp.cleanup()

@@ -16,6 +16,7 @@ import hashlib
 from pathlib import Path
 
 from dadam3.data.idx import read_idx, write_idx
+from dadam3.errors.files import write_text_whole
 
 LICENSE = """\
 Fashion-MNIST subset: the first {n} images and labels of the Fashion-MNIST test set
@@ -63,7 +64,7 @@ def main() -> None:
         write_idx(out / name, values[:a.count])
         digest = hashlib.sha256((out / name).read_bytes()).hexdigest()
         print(f"{out / name}: {tuple(values[:a.count].shape)} sha256 {digest}")
-    (out / "LICENSE").write_text(LICENSE.format(n=a.count, source=source))
+    write_text_whole(out / "LICENSE", LICENSE.format(n=a.count, source=source))
 
 
 if __name__ == "__main__":

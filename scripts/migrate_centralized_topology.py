@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from dadam3.errors.files import write_text_whole
+
 CENTRALIZED = ("cadam3", "cosg")
 FORCED = "complete"
 CONFIGS = ("config_resolved.yaml", ".hydra/config.yaml")
@@ -59,13 +61,13 @@ def migrate(results: Path) -> list[Path]:
             continue
         text, old = out
         method = yaml.safe_load(text)["optimizer"]["name"]
-        path.write_text(text)
+        write_text_whole(path, text)
         log = run_dir / LOG
         entries = json.loads(log.read_text()) if log.is_file() else []
         entries.append({"script": "scripts/migrate_centralized_topology.py",
                         "file": path.relative_to(run_dir).as_posix(), "key": "topology.name", "was": old,
                         "now": FORCED, "why": WHY.format(method=method)})
-        log.write_text(json.dumps(entries, indent=1) + "\n")
+        write_text_whole(log, json.dumps(entries, indent=1) + "\n")
         changed.append(path)
     return changed
 

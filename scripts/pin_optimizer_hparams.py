@@ -19,6 +19,7 @@ from pathlib import Path
 from dadam3.run.schema.presets import group_choices
 from dadam3.optim import OPTIMIZERS
 from dadam3.run.schema import compose, synthetic_settings, train_settings
+from dadam3.errors.files import write_text_whole
 
 TABLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "optimizer_hparams_by_preset.json"
 GAME_C = (10, 3)
@@ -62,7 +63,7 @@ def main() -> None:
         for k in moved:
             print(f"{k}: pinned {pinned.get(k)}, now {table.get(k)}")
         sys.exit(1 if moved else 0)
-    a.out.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    write_text_whole(a.out, json.dumps(table, indent=1, sort_keys=True) + "\n")
     print(f"{len(table)} entries -> {a.out}")
 
 

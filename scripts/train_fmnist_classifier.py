@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from dadam3.data import build_dataset
 from dadam3.data.containers import normalise_uint8
 from dadam3.metrics.fmnist_classifier import NET_FLAGS, NETS, state_dict_bytes
+from dadam3.errors.files import write_whole
 
 
 @torch.no_grad()
@@ -86,7 +87,7 @@ def main() -> None:
     blob = state_dict_bytes(net)
     out = Path(a.out) if a.out else spec.path
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(blob)
+    write_whole(out, lambda f: f.write(blob))
     print(f"net {a.net} ({NET_FLAGS[a.net]}): test accuracy {acc:.4f} on {len(test)} images")
     print(f"wall time {time.perf_counter() - start:.1f} s with {a.threads} thread(s)")
     print(f"weights {out}: {len(blob)} bytes, sha256 {hashlib.sha256(blob).hexdigest()}")

@@ -30,7 +30,7 @@ LAYERS = (
     ("run files", ("dadam3.run", "dadam3.run.paths", "dadam3.run.config",
                    "dadam3.run.checkpoint", "dadam3.run.checkpoint.", "dadam3.run.loggers", "dadam3.run.rewind",
                    "dadam3.run.signals", "dadam3.run.divergence", "dadam3.run.provenance",
-                   "dadam3.run.manifest", "dadam3.run.hydra_dirs")),
+                   "dadam3.run.manifest", "dadam3.run.hydra_dirs", "dadam3.run.stamps", "dadam3.run.lock")),
     ("run schema", ("dadam3.run.schema", "dadam3.run.schema.")),
     ("run training", ("dadam3.run.records", "dadam3.run.state", "dadam3.run.trainer")),
     ("run set-up", ("dadam3.run.directory", "dadam3.run.command_line", "dadam3.run.resume_config",

@@ -94,3 +94,31 @@ def test_float32_training_on_two_ranks_equals_the_simulator(tmp_path):
     for opt in ("opt_g", "opt_d"):
         assert all(torch.equal(t, cb[opt]["state"][i][key]) for i, st in ca[opt]["state"].items()
                    for key, t in st.items() if torch.is_tensor(t)), opt
+
+
+DCGAN = ["dataset=fake", "dataset.length=64", "model=dcgan32", "model.width=0.0625", "nodes=4", "loop.batch_size=4",
+         "loop.iterations=2", "loop.log_every=1", "metrics.every=0", "loop.sample_every=100", "loop.checkpoint_every=0",
+         "loop.progress=false", "device=cpu", "threads=1"]
+
+
+@pytest.mark.slow
+def test_the_dcgan_on_two_ranks_equals_the_simulator_in_float64_and_to_rounding_at_its_first_iteration_in_float32(
+        tmp_path):
+    """What docs/distributed.md promises for the DCGAN's grouped convolutions across numbers of
+    processes (M = 4 on R = 2): float64 records within 1e-10 of the simulator's; float32 only the
+    first iteration's losses within float32 rounding (1e-6 relative): their rounding depends on how
+    many nodes a process holds, and training amplifies it afterwards (not bit for bit)."""
+    for dtype, first_only, tol in (("float64", False, 1e-10), ("float32", True, 1e-6)):
+        args = [*DCGAN, f"dtype={dtype}"]
+        train(args, tmp_path / f"sim_{dtype}")
+        r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", "-m", "dadam3.train", *args,
+                            "placement=distributed", "distributed.timeout_s=60",
+                            f"hydra.run.dir={tmp_path / f'r2_{dtype}'}"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert r.returncode == 0, r.stderr[-3000:]
+        sim, ranks = (read_jsonl(tmp_path / f"{d}_{dtype}" / "metrics.jsonl") for d in ("sim", "r2"))
+        logged = [(a, b) for a, b in zip(sim, ranks) if "loss_d" in a]
+        assert len(logged) == 2 and all(a["iteration"] == b["iteration"] for a, b in logged)
+        for a, b in logged[:1] if first_only else logged:
+            for key in ("loss_d", "loss_g", "gp"):
+                assert math.isclose(a[key], b[key], rel_tol=tol), (dtype, a["iteration"], key, a[key], b[key])

@@ -29,7 +29,7 @@ optimizer:
 topology:
   name: ring
 """
-PROVENANCE = [{"from_iteration": 0, "code_commit": "abcdef0123456789abcdef0123456789abcdef01", "torch": "2.14.1",
+PROVENANCE = [{"from_iteration": 0, "code_commit": "40da47f553b2870b61acdb38416b290a667980ab", "torch": "2.14.1",
                "python": "3.11.7", "device": "cpu", "device_model": "Test CPU", "torch_threads": 1}]
 
 
@@ -154,9 +154,10 @@ def test_provenance_is_given_or_unknown(tree):
     write(tree)
     text = (tree / "REPORT.md").read_text()
     assert row(text, "| `fmnist/fig3/dadam3/seed0` |").endswith("| unknown | unknown | unknown |")
-    assert row(text, "| `fmnist/lr_sweep/lr8e-4/dadam3/seed0` |").endswith("| abcdef012345 | 2.14.1 | Test CPU |")
-    assert ("- code versions (commit: runs, seeds): abcdef012345: 7 runs, seeds 0–2; legacy, provenance unknown "
-            "(no config or no provenance.json; kept out of every verdict): 12 runs, seeds 0–2") in text
+    assert row(text, "| `fmnist/lr_sweep/lr8e-4/dadam3/seed0` |").endswith("| 40da47f553b2 | 2.14.1 | Test CPU |")
+    assert ("- code versions (commit: runs, seeds): 40da47f553b2: 7 runs, seeds 0–2; legacy, provenance unknown "
+            "(no config, no provenance.json, or a code commit git could not give; kept out of every verdict): 12 runs, "
+            "seeds 0–2") in text
 
 
 def test_twice_gives_identical_bytes_and_only_its_own_stale_files_go(tree):
@@ -164,11 +165,12 @@ def test_twice_gives_identical_bytes_and_only_its_own_stale_files_go(tree):
     a figure the previous report listed in its manifest and this one does not write goes."""
     assert write(tree)[0] == []
     assert (tree / "report" / "old_figure.png").is_file() and (tree / "fmnist" / "fig2" / "samples_adam3.png").is_file()
+    from dadam3.run.stamps import stamp
     manifest = tree / "report" / "manifest.txt"
-    listed = manifest.read_text().splitlines()
+    listed = [line.split("\t")[0] for line in manifest.read_text().splitlines()]
     assert "REPORT.md" in listed and all(p.endswith(".png") for p in listed[1:] if p != "REPORT.md")
     (tree / "report" / "gone.png").write_bytes(b"a figure an earlier report wrote")
-    manifest.write_text(manifest.read_text() + "report/gone.png\n")
+    manifest.write_text(manifest.read_text() + f"report/gone.png\t{stamp(tree / 'report' / 'gone.png')}\n")
     assert write(tree)[0] == [tree / "report" / "gone.png"]
     first = {p: p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
     assert write(tree)[0] == []
@@ -342,4 +344,4 @@ def test_fig1_is_a_verdict_only_with_each_runs_provenance_and_prints_its_commit(
         (tmp_path / "fig1" / name / "provenance.json").write_text(json.dumps(prov))
     verdict, effect, evidence = fig1_verdict(tmp_path)
     assert (verdict, effect) == ("holds", "Dadam3 ends at e_k = 0.002, DP-OAdam at 0.99")
-    assert evidence.endswith("100 iterations; code abcdef012345; abcdef012345+dirty (diff not saved)")
+    assert evidence.endswith("100 iterations; code 40da47f553b2; 40da47f553b2+dirty (diff not saved)")

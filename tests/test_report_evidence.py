@@ -11,7 +11,7 @@ from dadam3.report.runs import Run, commit_text
 from dadam3.report.stats import MARGIN, paired, verdict
 
 T_975 = {2: 4.302652729749464, 4: 2.776445105197793}      # Student t quantiles (tables), df = n − 1
-PROVENANCE = [{"from_iteration": 0, "code_commit": "0123456789abcdef0123456789abcdef01234567"}]
+PROVENANCE = [{"from_iteration": 0, "code_commit": "eda9b562c32f8f2a575d1ebb4118539c7672361c"}]
 
 
 def fake_run(method, lr, seed, fids, provenance=True, finished=True, every=100):

@@ -261,7 +261,7 @@ def test_a_selection_mixing_commits_is_not_judged_even_before_it_finishes(setup)
 
 def test_a_run_configured_for_other_iterations_than_the_plans_is_excluded_and_named(setup):
     results, plans = setup
-    d = make_run(results, "adam3", 8e-4, 0, 90.0)
+    d = make_run(results, "adam3", 8e-4, 0, 90.0, finished=False)       # 200 of its 5000 iterations so far
     cfg = d / "config_resolved.yaml"
     cfg.write_text(cfg.read_text().replace("iterations: 200", "iterations: 5000"))
     fam = family(results, plans)

@@ -13,6 +13,7 @@ from dadam3.report.output import Output
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = ROOT / het.PLAN
+COMMIT = "40da47f553b2870b61acdb38416b290a667980ab"        # a commit of this repository (the report checks)
 
 
 def _run(root: Path, arm: str, seed: int, fids: list[float], consensus: list[float], finished: bool = True):
@@ -29,7 +30,7 @@ def _run(root: Path, arm: str, seed: int, fids: list[float], consensus: list[flo
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "config_resolved.yaml").write_text(yaml.safe_dump({"optimizer": {"name": method, "lr": lr},
                                                             "nodes": 5, "seed": seed, "topology": {"name": "ring"}}))
-    (d / "provenance.json").write_text(json.dumps([{"code_commit": "a" * 40, "device": "cpu"}]))
+    (d / "provenance.json").write_text(json.dumps([{"code_commit": COMMIT, "device": "cpu"}]))
 
 
 def test_lr_folder_is_the_scripts_spelling():
@@ -100,14 +101,14 @@ def test_game_table_and_reading(tmp_path):
         d = base / het._cell_path(s)
         d.mkdir(parents=True)
         (d / "summary.json").write_text(json.dumps(s))
-        (d / "provenance.json").write_text(json.dumps([{"code_commit": "b" * 40}]))
+        (d / "provenance.json").write_text(json.dumps([{"code_commit": "eda9b562c32f8f2a575d1ebb4118539c7672361c"}]))
     (base / "study.json").write_text(json.dumps({"target_error": 0.01, "iterations": 300}))
     text = "\n".join(het.game_part(tmp_path))
     assert "| 1 | 5 | ring | 100 | 101 | 110, never | 0.005 (0.005–0.006) | 0.4 → 0.2 | 1 |" in text
     assert "| 1 | 5 | complete | 100 | – | –, – | 0.005 (0.005–0.005) | 0 → – | 1 |" in text
     assert "3 of 3 seed-0 cells reach e_k ≤ 0.01" in text
     assert "moves by at most 1 iterations (1 % of it) on one graph" in text
-    assert "shrinks the final consensus distance 2–2× against t = 1" in text and "bbbbbbbbbbbb" in text
+    assert "shrinks the final consensus distance 2–2× against t = 1" in text and "eda9b562c32f" in text
 
 
 def test_an_arm_with_its_fresh_seeds_is_no_longer_awaited(tmp_path):

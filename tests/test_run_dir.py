@@ -422,12 +422,12 @@ def test_a_full_disk_at_the_first_commit_leaves_no_empty_lock(tmp_path, monkeypa
     """The pid could not be written into .lock (ENOSPC): one OSError naming it, and neither the
     empty .lock nor the directory the commit created is left behind."""
     import errno
-    import dadam3.run.directory as run_dir_module
+    import dadam3.run.lock as lock_module
     from dadam3.errors.boundary import failure_of
 
-    def full(f):
-        raise OSError(errno.ENOSPC, "No space left on device", f.name)
-    monkeypatch.setattr(run_dir_module, "_write_pid", full)
+    def full(fd, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    monkeypatch.setattr(lock_module, "_write_pid", full)
     run = tmp_path / "run"
     rd = check_run_dir(run, None, {})
     with pytest.raises(OSError) as e:

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dadam3.errors.files import write_whole
+
 UBYTE = 0x08
 
 
@@ -85,4 +87,4 @@ def write_idx(path: str | Path, values: Tensor | np.ndarray) -> None:
         with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as f:
             f.write(blob)
         blob = buf.getvalue()
-    path.write_bytes(blob)
+    write_whole(path, lambda f: f.write(blob))

@@ -32,8 +32,15 @@ def split_shards(n: int, nodes: int, rng: np.random.Generator) -> list[Tensor]:
 
 def dirichlet_shards(labels: np.ndarray, nodes: int, alpha: float, rng: np.random.Generator,
                      min_size: int = 1) -> list[Tensor]:
-    """Label-skewed disjoint shards (see the module docstring), each sorted."""
+    """Label-skewed disjoint shards (see the module docstring), each sorted. Shards that cannot all
+    hold ``min_size`` samples whatever the draw (``nodes * min_size`` beyond the data set) are
+    refused by counting, before any draw, naming the keys that fix it."""
     n = len(labels)
+    if nodes * min_size > n:
+        raise ConfigError("batch_size", min_size,
+                          f"dataset.partition=dirichlet gives each of nodes={nodes} its own samples, at least "
+                          f"batch_size={min_size} each: {nodes * min_size} samples, but the data set has {n}; lower "
+                          f"loop.batch_size to <= {n // nodes} or nodes to <= {n // min_size}")
     classes = np.unique(labels)
     for _ in range(DIRICHLET_MAX_TRIES):
         shards: list[list[int]] = [[] for _ in range(nodes)]
@@ -51,5 +58,6 @@ def dirichlet_shards(labels: np.ndarray, nodes: int, alpha: float, rng: np.rando
         if min(len(s) for s in shards) >= min_size:
             return [torch.from_numpy(np.sort(np.asarray(s, dtype=np.int64))) for s in shards]
     raise ConfigError("alpha", alpha,
-                      f"{DIRICHLET_MAX_TRIES} Dirichlet draws never gave all {nodes} nodes at least "
-                      f"{min_size} samples (batch_size) out of {n}; raise alpha or lower nodes/batch_size")
+                      f"{DIRICHLET_MAX_TRIES} Dirichlet draws never gave all {nodes} nodes at least {min_size} "
+                      f"samples (batch_size) of the {n} ({n // nodes} each at most if split evenly): lower "
+                      "loop.batch_size or nodes, or raise dataset.alpha (a larger alpha splits more evenly)")

@@ -45,12 +45,15 @@ def main(argv=None) -> None:
             return print_next(a.results, a.plans, a.next)
         if a.here is not None:
             return check_here(a.results, a.plans, a.here[0], a.here[1:])
-        removed, queue = write(a.results, a.plans)
+        removed, kept, queue = write(a.results, a.plans)
     except ConfigError as e:         # no runs there, a damaged run, or a REPORT.md the report did not write
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     for path in removed:
         print(f"removed stale {path}")
+    if kept:
+        print(f"warning: kept {len(kept)} file(s) the report's manifest lists but it may not delete: "
+              + "; ".join(kept), file=sys.stderr)
     for line in queue:
         print(line)
     print(f"wrote {a.results / 'REPORT.md'}")
@@ -71,7 +74,7 @@ def family_here(results: Path, plan_dir: Path, family: str, option: str):
     plans = {p.family: p for p in plan.load_all(plan_dir)}
     if family not in plans:
         raise ConfigError(option, family, f"no such plan in {plan_dir} (allowed: {', '.join(sorted(plans))})")
-    with one_snapshot():
+    with one_snapshot(plans.values()):
         fam = families.build(results, plans[family])
     devices = {s.get("device", "cpu") for r in fam.runs for s in r.provenance} or {"cpu"}
     return fam, device_model(devices.pop() if len(devices) == 1 else "cpu")

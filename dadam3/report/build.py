@@ -36,8 +36,9 @@ and state n. A run is *unfinished* (with its last iteration) when its log ends w
 and *diverged* when it stopped on a NaN/Inf or breaks the divergence rule: a logged loss beyond {bound:g} in
 absolute value, or every logged loss bit-identical over {count} consecutive logging records
 ([docs/run_contract.md](../docs/run_contract.md#divergence)). A setting or provenance field a run did not
-record (older runs have no `provenance.json`, some no config) is given as *unknown*; such a run is *legacy,
-provenance unknown*: listed apart and kept out of every verdict. A commit with uncommitted changes is printed
+record (older runs have no `provenance.json`, some no config) is given as *unknown*; such a run, and one whose
+code commit git could not give (`unknown (why)`, `not a checkout`), is *legacy, provenance unknown*: listed apart
+and kept out of every verdict. A commit with uncommitted changes is printed
 with `+dirty` (and whether the run saved its `code.diff`), never as the clean commit. Scores use the
 Fashion-MNIST classifier (see the last section for their scale); the paper's figures use the inception score.
 Hand-measured speed: [docs/benchmarks.md](../docs/benchmarks.md).
@@ -84,12 +85,13 @@ def build(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[str, Output, lis
     and no ``REPORT.md`` of another's. Every run file is read once (:class:`runs.Snapshot`)."""
     out = Output(root)
     out.check()
-    with run_files.one_snapshot():
-        return _build(root, out, plan_dir)
+    plan_list = plans.load_all(plan_dir)
+    with run_files.one_snapshot(plan_list):
+        return _build(root, out, plan_list)
 
 
-def _build(root: Path, out: Output, plan_dir: Path) -> tuple[str, Output, list[str]]:
-    families = [fam.build(root, p) for p in plans.load_all(plan_dir)]
+def _build(root: Path, out: Output, plan_list: list) -> tuple[str, Output, list[str]]:
+    families = [fam.build(root, p) for p in plan_list]
     body = glance(root, families) + [line for f in families for line in sp.section(f)]
     body += paper.fig1(root, out) + paper.image_figures(root, out)
     body += fm.comparison(root, out, "fig2", "Round 2 (history): Fig. 2 in miniature (one node)",
@@ -117,9 +119,9 @@ def _build(root: Path, out: Output, plan_dir: Path) -> tuple[str, Output, list[s
     return header + "\n" + "\n".join(toc + body).rstrip() + "\n", out, sp.queue(families)
 
 
-def write(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[list[Path], list[str]]:
+def write(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[list[Path], list[str], list[str]]:
     """Write ``REPORT.md`` and its figures; remove what the previous report wrote and this one did
-    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed and the
-    runs still to make."""
+    not (its manifest, :class:`~dadam3.report.output.Output`). Returns the files removed, those
+    its manifest lists that it kept (each with why) and the runs still to make."""
     text, out, queue = build(root, plan_dir)
-    return out.finish(text), queue
+    return *out.finish(text), queue

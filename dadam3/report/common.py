@@ -5,7 +5,8 @@ from __future__ import annotations
 from dadam3.report.runs import UNKNOWN, Run, lookup
 from dadam3.report.stats import Cell, fmt, lr_text, seed_text
 
-LEGACY = "legacy, provenance unknown (no config or no provenance.json; kept out of every verdict)"
+LEGACY = ("legacy, provenance unknown (no config, no provenance.json, or a code commit git could not give; kept out "
+          "of every verdict)")
 
 SCORE_COLUMNS = [("is_mean", "IS (node mean)"), ("is_avg_model", "IS (averaged model)"),
                  ("fid_mean", "FID (node mean)"), ("fid_avg_model", "FID (averaged model)"),

@@ -3,6 +3,7 @@ code commit, and each seed's runs on one machine class (provenance ``device_mode
 from __future__ import annotations
 
 from dadam3.report.runs import UNKNOWN, Run
+from dadam3.report.validate import CLEAN_COMMIT
 
 
 def _commit(run: Run) -> str:
@@ -24,7 +25,7 @@ def environment(runs: list[tuple[str, Run]]) -> str:
     commits: dict[str, int] = {}
     for _, r in runs:
         commits[_commit(r)] = commits.get(_commit(r), 0) + 1
-    if len(commits) > 1 or any(c.endswith("+dirty") or c == UNKNOWN or "," in c for c in commits):
+    if len(commits) > 1 or any(not CLEAN_COMMIT.fullmatch(c) for c in commits):      # dirty, unknown, not a checkout
         problems.append("commits " + ", ".join(f"{c[:12]}{'+dirty' if c.endswith('+dirty') else ''} ({n} runs)"
                                                for c, n in sorted(commits.items())))
     by_seed: dict = {}

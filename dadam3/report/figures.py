@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
+from dadam3.errors.files import write_whole
 from dadam3.report.runs import Run
 from dadam3.report.stats import Cell
 
@@ -18,9 +19,11 @@ METADATA = {"Software": None}        # no version string: the bytes depend on th
 
 
 def save(fig, path: Path) -> None:
+    """``fig`` as the PNG ``path``, written whole (a new file renamed over the name: a link there
+    is replaced, never followed; a failed write leaves the old figure)."""
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, metadata=METADATA)
+    write_whole(path, lambda f: fig.savefig(f, dpi=100, metadata=METADATA, format="png"))
     plt.close(fig)
 
 

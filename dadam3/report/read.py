@@ -1,20 +1,23 @@
 """The report's and the plots' readers' checks, written once: every file they read from a run
 directory (``metrics.jsonl``, ``metrics.csv``, ``provenance.json``, the YAML of its config, a
-reference-values JSON) is decoded here, and anything that is not what the writer writes is
+reference-values JSON) is decoded here, read small (:mod:`dadam3.errors.small_files`: a regular
+file, under a size and a nesting cap), and anything that is not what the writer writes is
 :class:`dadam3.errors.files.DataFileError`: one line naming the file (and line) and what is wrong,
-never a traceback from deep inside a section."""
+never a traceback from deep inside a section, a hang on a FIFO or a ``MemoryError``."""
 from __future__ import annotations
 
 import csv
 import io
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from dadam3.errors.files import DataFileError
+from dadam3.errors.small_files import LOG, json_value, read_small, yaml_value
 from dadam3.run.rewind import parse_record
 
 TEXT_KEYS = ("status", "reason", "message", "signal", "changed")    # a record's keys that hold no number
@@ -23,8 +26,12 @@ ADVICE = "the file is damaged or was edited by hand: restore it from the run, or
 
 
 def text(path: Path) -> str:
-    """``path`` as UTF-8 text (a byte that is none: the line it is on)."""
-    data = Path(path).read_bytes()
+    """``path`` as UTF-8 text (a byte that is none: the line it is on), read small (a log's cap)."""
+    try:
+        data = read_small(path, LOG)
+    except FileNotFoundError:
+        raise DataFileError(path, f"a link to {os.readlink(path)}, which does not exist" if os.path.islink(path)
+                            else "it is gone", None, ADVICE) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -34,10 +41,10 @@ def text(path: Path) -> str:
 
 def json_file(path: Path, kind: type, default: Any = None) -> Any:
     """The JSON value in ``path`` (``default`` when there is no such file), which must be a ``kind``."""
-    if not Path(path).is_file():
+    if not os.path.lexists(path):
         return default
     try:
-        value = json.loads(text(path))
+        value = json_value(text(path), path)
     except json.JSONDecodeError as e:
         raise DataFileError(path, f"not JSON ({e.msg}, column {e.colno}; truncated?)", e.lineno, ADVICE) from None
     if not isinstance(value, kind):
@@ -47,10 +54,10 @@ def json_file(path: Path, kind: type, default: Any = None) -> Any:
 
 def yaml_file(path: Path, default: Any = None) -> Any:
     """The YAML mapping or list in ``path`` (``default`` when there is none, or it is empty)."""
-    if not Path(path).is_file():
+    if not os.path.lexists(path):
         return default
     try:
-        value = yaml.safe_load(text(path))
+        value = yaml_value(text(path), path)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise DataFileError(path, f"not YAML ({getattr(e, 'problem', None) or type(e).__name__})",

@@ -1,8 +1,11 @@
 """A committed run directory as the report reads it: records, status, final scores, settings and
-provenance. Nothing here is copied by hand; a setting a run did not record is ``UNKNOWN``."""
+provenance. Nothing here is copied by hand; a setting a run did not record is ``UNKNOWN``. Every
+run is read once per build, at its real path, and validated once (:class:`Snapshot`,
+:mod:`dadam3.report.validate`), so every section and the glance read the same runs."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -10,8 +13,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
+from dadam3.errors.files import DataFileError
+from dadam3.errors.small_files import read_small_text
 from dadam3.run.divergence import Breach, run_breach
 from dadam3.report import read, validate
+from dadam3.run.provenance import commits_known
 
 UNKNOWN = "unknown"
 DIRTY = "+dirty"                 # dadam3.run.job_log: a commit with uncommitted changes
@@ -105,8 +111,9 @@ class Run:
 
     @property
     def legacy(self) -> bool:
-        """No config or no ``provenance.json``: what ran is not known, so the run is kept out of every verdict."""
-        return not self.config or not self.provenance
+        """No config, no ``provenance.json``, or a code commit git could not give (``unknown (...)``,
+        ``not a checkout``): what ran is not known, so the run is kept out of every verdict."""
+        return not self.config or not self.provenance or validate.is_unverified(self.provenance)
 
     def setting(self, *keys: str) -> str:
         value = lookup(self.config, *keys)
@@ -123,6 +130,8 @@ def commit_text(segment: dict) -> str:
     """A provenance segment's commit, shortened to 12 digits: ``+dirty`` kept (with ``, diff saved``
     when the run saved the uncommitted changes, ``code_diff``), never printed as the clean commit."""
     commit = str(segment.get("code_commit", UNKNOWN))
+    if not re.fullmatch(r"[0-9a-f]+(\+dirty)?", commit):     # what git could not give, said whole: unknown (why)
+        return commit
     dirty = commit.endswith(DIRTY)
     text = commit.removesuffix(DIRTY)[:12] + (DIRTY if dirty else "")
     if dirty:
@@ -132,38 +141,72 @@ def commit_text(segment: dict) -> str:
 
 class Snapshot:
     """What one build read: each run directory's files read once (one consistent snapshot of a run
-    still writing), validated once (:mod:`dadam3.report.validate`), run identity unique."""
+    still writing), validated once (:mod:`dadam3.report.validate`), run identity unique. ``plans``:
+    the build's analysis plans, whose data and setting folders a run's config must agree with."""
 
-    def __init__(self):
+    def __init__(self, plans=()):
         self.files: dict[Path, tuple] = {}
         self.identity = validate.Identity()
+        self.plans = list(plans)
+        self.known: dict[str, bool] = {}        # commit -> this repository holds it
 
-    def read(self, directory: Path) -> tuple:
+    def read(self, root: Path, directory: Path) -> tuple:
         key = directory.resolve()
         if key not in self.files:
-            self.files[key] = _read_run(directory)
-            run_id = (directory / "run_id").read_text(encoding="utf-8").strip() \
-                if (directory / "run_id").is_file() else None
-            self.identity.add(key, run_id)
+            _refuse_links(root, directory)
+            self.files[key] = _read_run(root, directory, self.cells(root))
+            config, provenance, records = self.files[key][:3]
+            self.check_commits(directory / "provenance.json", provenance)
+            run_id = read_small_text(directory / "run_id", 4096).strip() if os.path.lexists(directory / "run_id") \
+                else None
+            self.identity.add(key, run_id, records, config)
         return self.files[key]
+
+    def cells(self, root: Path) -> list[tuple[Path, dict, dict]]:
+        """(folder, data table, settings table) of each plan: the folders a run's config must agree with."""
+        out = []
+        for plan in self.plans:
+            doc = read.yaml_file(plan.path, {})
+            out.append((plan.folder(root), doc.get("data") or {}, doc.get("settings") or {}))
+        return out
+
+    def check_commits(self, path: Path, provenance: list) -> None:
+        """Every commit the run names is one this repository holds (git asked once per commit)."""
+        commits = {str(s.get("code_commit", "")).removesuffix(DIRTY) for s in provenance}
+        new = {c for c in commits if validate.COMMIT.fullmatch(c) and c not in self.known}
+        if new:
+            held = commits_known(new)
+            self.known.update({c: held is None or c in held for c in new})
+        validate.check_commits(path, provenance, {c for c, ok in self.known.items() if ok})
 
 
 SNAPSHOT: Snapshot | None = None      # the build's, while one runs (:func:`one_snapshot`)
 
 
 @contextmanager
-def one_snapshot() -> Iterator[Snapshot]:
+def one_snapshot(plans=()) -> Iterator[Snapshot]:
     """While a build runs: every run directory read once, identities unique across it. Outside
     one, :func:`load_run` reads (and validates) afresh each time."""
     global SNAPSHOT
-    SNAPSHOT = Snapshot()
+    SNAPSHOT = Snapshot(plans)
     try:
         yield SNAPSHOT
     finally:
         SNAPSHOT = None
 
 
-def _read_run(directory: Path) -> tuple:
+def _refuse_links(root: Path, directory: Path) -> None:
+    """A run folder (or one above it, below the results folder) that is a symbolic link: refused,
+    one line (its run would be read twice, once through the link)."""
+    for d in (directory, *directory.parents):
+        if d == root or root not in d.parents:
+            return
+        if d.is_symlink():
+            raise DataFileError(d, f"is a symbolic link to {os.readlink(d)}: the report reads each run once, at its "
+                                   "real path", None, "remove the link")
+
+
+def _read_run(root: Path, directory: Path, cells: list) -> tuple:
     prov_path = directory / "provenance.json"
     provenance = read.json_file(prov_path, list, [])
     validate.check_provenance(prov_path, provenance)
@@ -172,10 +215,11 @@ def _read_run(directory: Path) -> tuple:
     if not config:
         cfg_path = directory / ".hydra" / "config.yaml"
         config = _yaml(cfg_path)
-    validate.check_folder(directory, config, cfg_path)
+    validate.check_folder(directory, config, cfg_path, validate.encoded(root, directory, cells))
     overrides = read.yaml_file(directory / ".hydra" / "overrides.yaml", [])
     numbered = read.numbered_records(directory / "metrics.jsonl")
-    validate.check_records(directory / "metrics.jsonl", numbered)
+    target = lookup(config, "loop.iterations", "iterations")
+    validate.check_records(directory / "metrics.jsonl", numbered, target if isinstance(target, int) else None)
     return (config, provenance, [r for _, r in numbered], list(overrides) if isinstance(overrides, list) else [],
             validate.failure(numbered))
 
@@ -183,7 +227,7 @@ def _read_run(directory: Path) -> tuple:
 def load_run(root: Path, directory: Path, method: str, seed: int | str) -> Run:
     """The run in ``directory`` (under ``root``, the results folder) with a ``metrics.jsonl``,
     read once per build and validated (:class:`Snapshot`)."""
-    config, provenance, records, overrides, failed = (SNAPSHOT or Snapshot()).read(directory)
+    config, provenance, records, overrides, failed = (SNAPSHOT or Snapshot()).read(root, directory)
     return Run(directory.relative_to(root).as_posix(), method, seed, config, provenance, records, overrides, failed)
 
 
@@ -200,9 +244,15 @@ def shown_grids(report: str) -> list[str]:
 
 
 def seed_dirs(parent: Path) -> list[tuple[int, Path]]:
-    """``seed<s>/`` folders of ``parent`` holding a metrics.jsonl, by seed."""
-    found = [(int(d.name[4:]), d) for d in parent.glob("seed*") if d.name[4:].isdigit()
-             and (d / "metrics.jsonl").is_file()]
+    """``seed<s>/`` folders of ``parent`` holding a metrics.jsonl, by seed; a ``seed*`` folder holding
+    one but not spelled ``seed<digits>`` (``seed²``, ``seed03``) is refused in one line."""
+    found = []
+    for d in parent.glob("seed*"):
+        if not os.path.lexists(d / "metrics.jsonl"):
+            continue
+        if not validate.SEED_FOLDER.fullmatch(d.name) or d.name != f"seed{int(d.name[4:])}":
+            validate.check_folder(d, {}, d, {})
+        found.append((int(d.name[4:]), d))
     return sorted(found)
 
 

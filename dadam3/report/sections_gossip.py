@@ -8,16 +8,14 @@ for t >= log_{1/rho}(1 + C) = ln(1 + C) / ln(1/rho): the smallest sufficient t s
 1/ln(1/rho), which the verdict tests with Spearman's rank correlation over the graphs."""
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy.stats import spearmanr
 
-from dadam3.report import figures
+from dadam3.report import figures, read
 from dadam3.report.common import what_was_run
 from dadam3.report.output import Output
 from dadam3.report.runs import UNKNOWN, Run
@@ -65,18 +63,19 @@ def load(root: Path) -> tuple[list[dict], dict]:
     base = root / "gossip"
     cells = []
     for path in sorted(base.glob("*/M*/*/t*/summary.json")):
-        s = json.loads(path.read_text())
+        s = read.json_file(path, dict)
         s["rel"] = path.parent.relative_to(root).as_posix()
         cells.append(s)
-    study = json.loads((base / "study.json").read_text()) if (base / "study.json").is_file() else {}
+    study = read.json_file(base / "study.json", dict, {})
     return cells, study
 
 
 def _run(root: Path, s: dict) -> Run:
     d = root / s["rel"]
     cfg_path, prov = d / ".hydra" / "config.yaml", d / "provenance.json"
-    cfg = (yaml.safe_load(cfg_path.read_text()) if cfg_path.is_file() else None) or {}
-    return Run(s["rel"], s["optimizer"], s["seed"], cfg, json.loads(prov.read_text()) if prov.is_file() else [])
+    cfg = read.yaml_file(cfg_path, {})
+    return Run(s["rel"], s["optimizer"], s["seed"], cfg if isinstance(cfg, dict) else {},
+               read.json_file(prov, list, []))
 
 
 def torus_rows(M: int) -> int:

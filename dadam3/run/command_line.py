@@ -31,6 +31,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from dadam3.errors.config import ConfigError
+from dadam3.errors.files import DataFileError
 from dadam3.run.paths import HYDRA_NO_TILDE, check_path
 from dadam3.run.schema import check_overrides, compose, synthetic_settings, train_settings
 
@@ -61,12 +62,25 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
         check_sweep_of_resume(parsed)
     else:
         check_no_sweep(parsed)
-    check_overrides(config_name, argv)
+    check_overrides(config_name, argv, None if multirun else _resumed_run_config(parsed))
     if not multirun:
         overrides = [o.input_line for o in parsed if not o.key_or_group.startswith("hydra/")]   # not Hydra's groups
         cfg = compose(config_name, overrides, checked=True)     # check_overrides above saw them all, Hydra its keys
         if not any(o.key_or_group == "resume" for o in parsed):     # a resume's settings are its run's config's
             (train_settings if config_name == "train" else synthetic_settings)(cfg)
+
+
+def _resumed_run_config(parsed: Sequence[Any]) -> dict[str, Any] | None:
+    """A resume's run config (its checkpoint's, read once for the whole start: :func:`run_config`),
+    or None (no resume, or one the run's own checks will refuse in their words)."""
+    from dadam3.run.resume_config import run_config
+    resume = next((o.value() for o in parsed if o.key_or_group == "resume" and not o.is_sweep_override()), None)
+    if not resume:
+        return None
+    try:
+        return run_config(str(resume))
+    except (ConfigError, OSError, DataFileError):
+        return None
 
 
 def check_no_sweep(parsed: Sequence[Any]) -> None:

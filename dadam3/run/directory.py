@@ -24,7 +24,6 @@
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import shlex
@@ -40,10 +39,12 @@ from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id, remo
 from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_resume
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import write_text_whole
+from dadam3.errors.files import write_whole, write_text_whole
+from dadam3.errors.small_files import read_small, read_small_text, yaml_value
 from dadam3.run.hydra_dirs import created_by_this_process
 from dadam3.run.job_log import earlier_segments
-from dadam3.run.paths import check_usable_dir
+from dadam3.run.lock import hold_lock, take_lock
+from dadam3.run.paths import check_no_link, check_usable_dir
 from dadam3.run.resume_config import read_resume, release_resume
 from dadam3.run.rewind import check_log_not_ahead
 from dadam3.run.manifest import (LOCK_FILE, MANIFEST, RUN_DIRS, deletable, read_stamps, run_files, train_writes,
@@ -62,7 +63,7 @@ class RunDir:
     path: Path
     checkpoint: dict | None = None
     changed: dict[str, list] = field(default_factory=dict)   # key -> [checkpoint's value, now]
-    _lock: Any = field(default=None, repr=False)
+    _lock: Any = field(default=None, repr=False)     # the lock :func:`take_lock` took (a descriptor), then held
     replace: tuple[str, ...] = ()        # another run's files that overwrite=true deletes at commit
     kept: tuple[str, ...] = ()           # names its manifest lists that are no longer what its run wrote: kept
     created: bool = False                # commit created the directory (undo() may remove it)
@@ -84,11 +85,10 @@ class RunDir:
     def _commit(self) -> "RunDir":
         self.created = not self.path.exists() or created_by_this_process(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
-        if not (self.path / LOCK_FILE).exists():
+        if not os.path.lexists(self.path / LOCK_FILE):
             self.made.append(LOCK_FILE)
-        if self._lock is None:
-            self._lock = _lock(self.path)
-        _write_pid(self._lock)
+        if not hasattr(self._lock, "close"):
+            self._lock = hold_lock(self.path, self._lock)
         for name in self.replace:
             target = self.path / name
             target.rmdir() if target.is_dir() and not target.is_symlink() else target.unlink(missing_ok=True)
@@ -97,7 +97,7 @@ class RunDir:
                         ", ".join(self.kept), self.path, MANIFEST)
         if self.writes:                 # listed before any of them is created
             try:
-                self._manifest_before = (self.path / MANIFEST).read_bytes()
+                self._manifest_before = read_small(self.path / MANIFEST)
             except FileNotFoundError:
                 self.made.append(MANIFEST)
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
@@ -120,7 +120,8 @@ class RunDir:
             target = self.path / name
             shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(missing_ok=True)
         if self._manifest_before is not None:      # a resume's: as it was
-            (self.path / MANIFEST).write_bytes(self._manifest_before)
+            before = self._manifest_before
+            write_whole(self.path / MANIFEST, lambda f: f.write(before))
         self.release()
         if self.created:
             try:
@@ -130,8 +131,8 @@ class RunDir:
 
     def release(self) -> None:
         if self._lock is not None:
-            try:
-                self._lock.close()      # closing the file drops the flock
+            try:                        # closing the file drops the flock
+                self._lock.close() if hasattr(self._lock, "close") else os.close(self._lock)
             except OSError:             # its pid could not be flushed (a full disk): closed all the same
                 pass
             self._lock = None
@@ -164,12 +165,18 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             check_log_not_ahead(home / "metrics.jsonl", ckpt["iteration"], config, resume)
         changed = check_resume(ckpt, path, config, may_change_on_resume)
     run_dir = Path(home or run_dir)
-    check_usable_dir("hydra.run.dir" if home is None else "resume", run_dir)
-    if home is not None and not (home / "metrics.jsonl").is_file():
+    key, value = ("hydra.run.dir", run_dir) if home is None else ("resume", resume)
+    check_no_link(key, value, run_dir)
+    check_usable_dir(key, run_dir)
+    check_no_link(key, value, run_dir / MANIFEST)       # the run's manifest is read back: its own regular file
+    if os.path.lexists(run_dir / MANIFEST) and not (run_dir / MANIFEST).is_file():
+        raise ConfigError(key, str(value), f"{run_dir / MANIFEST} is not a regular file: not a run's manifest; move it "
+                                           "away")
+    if home is not None and not os.path.lexists(home / "metrics.jsonl"):
         raise ConfigError("resume", resume, f"{home / 'metrics.jsonl'} is missing (the run's log up to iteration "
                                             f"{ckpt['iteration']} is gone): restore it, or continue in a new "
                                             "directory named with hydra.run.dir=NEW")
-    lock = _lock(run_dir) if (run_dir / LOCK_FILE).exists() else None
+    lock = take_lock(run_dir) if run_dir.is_dir() else None
     try:
         existing, kept = (), ()
         if home is None:
@@ -181,7 +188,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
             earlier_segments(home, "resume", resume)
     except BaseException:
         if lock is not None:
-            lock.close()
+            os.close(lock)
         raise
     if ckpt is not None and home is None:
         log.warning("continuing the checkpoint %s (iteration %d) in the new directory %s: its metrics.jsonl starts "
@@ -218,16 +225,20 @@ def _replaced(run_dir: Path, writes: Sequence[str], overwrite: bool, fresh: bool
 
 def _check_outputs(key: str, run_dir: Path, writes: Sequence[str], keep: Sequence[str]) -> None:
     """Every name the run writes (``writes``) that exists in ``run_dir`` already (a resumed run's, a
-    user's file where a directory belongs) is of its kind and writable; ``keep``: what
-    ``overwrite=true`` deletes."""
+    user's file where a directory belongs) is of its kind, no symbolic link (nor a folder below it)
+    and writable; ``keep``: what ``overwrite=true`` deletes."""
     for name in writes:
         path, is_dir = run_dir / name, name in RUN_DIRS
         if name in keep or not os.path.lexists(path):
             continue
+        check_no_link(key, run_dir, path, below=is_dir)
         if is_dir != path.is_dir():
             raise ConfigError(key, str(run_dir), f"{path} is a {'file' if is_dir else 'directory'} where the run "
                                                  f"writes a {'directory' if is_dir else 'file'}; move it away or "
                                                  "choose another directory")
+        if not is_dir and not path.is_file():
+            raise ConfigError(key, str(run_dir), f"{path} is not a regular file (a FIFO, a device, ...), where the run "
+                                                 "writes its own file; move it away or choose another directory")
         if not os.access(path, os.W_OK | (os.X_OK if is_dir else 0)):
             raise ConfigError(key, str(run_dir), f"{path} is not writable by this user; fix its permissions or "
                                                  "choose another directory")
@@ -255,8 +266,9 @@ def _run_of(path: Path, ckpt: Mapping[str, Any]) -> tuple[Path | None, str]:
 def config_on_file(run: Path) -> Any:
     """The run's ``config_resolved.yaml`` as a container, or None (missing, unreadable, not YAML)."""
     try:
-        return OmegaConf.to_container(OmegaConf.load(run / "config_resolved.yaml"))
-    except Exception:           # missing or not YAML: not the checkpoint's run
+        return OmegaConf.to_container(OmegaConf.create(yaml_value(read_small_text(run / "config_resolved.yaml"),
+                                                                  run / "config_resolved.yaml")))
+    except Exception:           # missing, not YAML, no small regular file: not the checkpoint's run
         return None
 
 
@@ -280,28 +292,6 @@ def _check_deletable(run_dir: Path, names: tuple[str, ...]) -> None:
     for d in dirs:
         if not os.access(d, os.W_OK | os.X_OK):
             raise refuse(d, "permission denied (the directory is not writable)")
-
-
-def _lock(run_dir: Path):
-    """The directory's lock file, ``flock``-ed (refused, one line, while another process holds it)."""
-    f = open(run_dir / LOCK_FILE, "a+")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
-        f.close()
-        raise ConfigError("hydra.run.dir", str(run_dir),
-                          f"another run (pid {pid}) is writing into this directory; wait for it to end "
-                          "or choose another directory") from None
-    return f
-
-
-def _write_pid(f) -> None:
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
 
 
 def claim_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], overwrite: bool,

@@ -2,8 +2,10 @@
 (``.hydra/``), both written only once the run holds its directory."""
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import logging.handlers
 import platform
 import sys
@@ -18,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError, one_line
-from dadam3.errors.files import write_text_whole, writing
+from dadam3.errors.files import DataFileError, open_appending, write_text_whole, writing
+from dadam3.errors.small_files import json_value, read_small_text
 from dadam3.errors.stops import RunStopped
 from dadam3.run.provenance import DIRTY, UNKNOWN, code_diff, code_fields
 
@@ -29,9 +32,15 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"     # Hydra'
 
 
 class _JobLogFile(logging.FileHandler):
-    """``train.log``: a write that fails (full disk, file-size limit) turns the file off with one
+    """``train.log``: a file this run created, holding what the log held before (a resume's:
+    :func:`~dadam3.errors.files.open_appending`, so a link or a hard-linked copy is never
+    written); a write that fails (full disk, file-size limit) turns the file off with one
     line on stderr instead of logging's traceback per record; the run goes on (its records
     and checkpoints say whether they could be written)."""
+
+    def _open(self):
+        return io.TextIOWrapper(io.BufferedWriter(open_appending(self.baseFilename)), encoding="utf-8",
+                                write_through=True)
 
     def handleError(self, record: logging.LogRecord) -> None:
         reason = sys.exc_info()[1]
@@ -155,8 +164,9 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     device model, this boot of the machine (``machine_session``), thread count, and
     the config's identity (:func:`dadam3.run.checkpoint.resume.run_identity`: a resume that changes a
     key of the identity starts a segment of another one). From a checkout with uncommitted changes
-    (commit ``+dirty``) the diff goes beside it as ``code.diff`` (``.hydra/resumed_<iteration>/code.diff``
-    for a resume), named in the entry (``code_diff``)."""
+    (commit ``+dirty``) the package's diff goes beside it as ``code.diff``
+    (``.hydra/resumed_<iteration>/code.diff`` for a resume), named in the entry (``code_diff``; the files
+    its size cap left out: ``code_diff_left_out``)."""
     entry = {"from_iteration": iteration, **({"config_identity": identity} if identity else {}),
              "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
              **code_fields(), "torch": torch.__version__,
@@ -166,8 +176,10 @@ def provenance_files(run_dir: Path, device: str, iteration: int, identity: str |
     diff = code_diff() if entry["code_commit"].endswith(DIRTY) else None   # the changes, beside the record
     if diff is not None:
         where = Path(CODE_DIFF) if not iteration else Path(".hydra") / f"resumed_{iteration:08d}" / CODE_DIFF
-        files[run_dir / where] = diff
+        files[run_dir / where] = diff[0]
         entry["code_diff"] = where.as_posix()
+        if diff[1]:
+            entry["code_diff_left_out"] = diff[1]
     earlier = earlier_segments(run_dir) if iteration else []       # a fresh run's is its own
     files[run_dir / PROVENANCE] = json.dumps([s for s in earlier if s["from_iteration"] < iteration] + [entry],
                                              indent=1) + "\n"
@@ -179,12 +191,14 @@ def earlier_segments(run_dir: Path, key: str = "resume", value: Any = None) -> l
     JSON list of segments, each with an integer ``from_iteration``, is one line (``key=value``):
     a resume refuses it before anything is written rather than drop the run's earlier segments."""
     path = Path(run_dir) / PROVENANCE
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
     try:
-        segments = json.loads(path.read_text(encoding="utf-8"))
+        segments = json_value(read_small_text(path), path)
     except (OSError, ValueError) as e:
         why = one_line(e)
+    except DataFileError as e:          # a FIFO, a device, a huge or deep file
+        why = e.reason
     else:
         if isinstance(segments, list) and all(isinstance(s, dict) and type(s.get("from_iteration")) is int
                                               for s in segments):

@@ -32,7 +32,8 @@ from torch import Tensor
 from tqdm import tqdm
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import write_whole, writing
+from dadam3.errors.files import open_appending, write_whole, writing
+from dadam3.errors.small_files import LOG, json_value, read_small
 from dadam3.run.rewind import rewind
 
 WANDB_MODES = ("online", "offline", "disabled")
@@ -86,16 +87,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """All complete records of a ``metrics.jsonl``, non-finite strings turned back into floats.
 
     Note: a string value that is exactly ``"NaN"``/``"Infinity"``/``"-Infinity"`` is read back
-    as a float too. A torn last line (writer killed mid-line) is skipped.
+    as a float too. A torn last line (writer killed mid-line) is skipped. Read small
+    (:mod:`dadam3.errors.small_files`: a regular file, size and nesting capped).
     """
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break
-            if line.strip():
-                out.append(_from_json(json.loads(line)))
-    return out
+    lines = read_small(path, LOG).decode("utf-8").split("\n")[:-1]
+    return [_from_json(json_value(line, path)) for line in lines if line.strip()]
 
 
 def _check_iteration(metrics: Mapping[str, Any], step: int) -> None:
@@ -120,11 +116,14 @@ class JsonlLogger:
     written; such a torn last line is removed when the file is opened again. A write that
     fails is cut back at once (:meth:`log`).
 
-    Resuming from a checkpoint at iteration k (``resume_from_iteration=k``) rewrites the
-    file as an uninterrupted run would have left it at k (:func:`dadam3.run.rewind.rewind`;
-    ``drop_record_at_resume_point``: the record at k itself goes too, see
-    :func:`dadam3.run.rewind.record_at_resume_point_kept`). Opening an existing file without
-    ``resume_from_iteration`` appends to it.
+    The log is always a file this logger created: what it continues (an existing file, less a
+    torn last line; a resume's rewound log) is copied into a new file renamed over ``path``
+    (:func:`dadam3.errors.files.open_appending`), so a link or a hard-linked copy of the old log
+    is never written. Resuming from a checkpoint at iteration k (``resume_from_iteration=k``)
+    continues the log as an uninterrupted run would have left it at k
+    (:func:`dadam3.run.rewind.rewind`; ``drop_record_at_resume_point``: the record at k itself
+    goes too, see :func:`dadam3.run.rewind.record_at_resume_point_kept`). Opening an existing
+    file without ``resume_from_iteration`` continues it.
     """
 
     def __init__(self, path: str | os.PathLike, resume_from_iteration: int | None = None,
@@ -132,12 +131,14 @@ class JsonlLogger:
         self.path = Path(path)
         with writing(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.path.exists():
-                if resume_from_iteration is not None:
-                    rewind(self.path, resume_from_iteration, drop_record_at_resume_point)
-                else:
-                    self._drop_torn_tail()
-            self._file = open(self.path, "ab", buffering=0)
+        content = b""
+        if os.path.lexists(self.path):
+            if resume_from_iteration is not None:
+                content = rewind(self.path, resume_from_iteration, drop_record_at_resume_point)
+            else:
+                content = read_small(self.path, LOG)
+                content = content[:content.rfind(b"\n") + 1]       # a torn last line dropped
+        self._file = open_appending(self.path, content)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Append one whole line; a write that fails (disk full, file-size limit) is cut back
@@ -169,16 +170,6 @@ class JsonlLogger:
     def finish(self) -> None:
         if not self._file.closed:
             self._file.close()
-
-    def _drop_torn_tail(self) -> None:
-        with open(self.path, "r+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) != b"\n":             # a torn last line: read the file only then
-                f.seek(0)
-                f.truncate(f.read().rfind(b"\n") + 1)      # after the last whole line (none: 0)
 
 
 # ---------------------------------------------------------------- Weights & Biases

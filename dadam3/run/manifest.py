@@ -7,29 +7,32 @@ writes. A directory holds a run when it has such a manifest or, for a run of an 
 its ``run_id`` or a log (:data:`LOGS`): :func:`run_files`.
 
 Once the run has written them (its start's files, each checkpoint, the synthetic runner's
-results) it stamps each name it writes with what it is: kind, device and inode
-(:func:`stamp_manifest`). ``overwrite=true`` deletes a name only while it is still the stamped
-entry (:func:`deletable`); a name without a stamp (a run killed before its first stamp, a manifest
-of an earlier version) only when it is a name a run writes (:data:`RUN_FILES`, ``also``). Anything
-else the manifest lists (a name a user added to it, a file put in the place of the run's) is kept.
+results) it stamps each name it writes with what it holds: size and SHA-256
+(:func:`stamp_manifest`, :mod:`dadam3.run.stamps`), so a copy of the run matches its stamps and an
+edited or replaced file does not. ``overwrite=true`` deletes a name only while it still matches
+its stamp (:func:`deletable`); a name without a stamp (a run killed before its first stamp, a
+manifest of an earlier version) only when it is a name a run writes (:data:`RUN_FILES`, ``also``).
+Anything else the manifest lists (a name a user added to it, a file put in the place of the run's)
+is kept. The manifest is read small (:func:`dadam3.errors.small_files.read_small_text`).
 """
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import WriteFailed, write_text_whole
+from dadam3.errors.files import DataFileError, WriteFailed, write_text_whole
+from dadam3.errors.small_files import read_small_text
 from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
+from dadam3.run.lock import LOCK_FILE
+from dadam3.run.stamps import matches, stamp
 
 # the names a training run writes (.hydra/ and train.log too: the run writes them once it holds the
 # directory); what overwrite=true deletes of a run written before manifests
 RUN_FILES = ("metrics.jsonl", CHECKPOINT_DIR, "samples", "images", "config_resolved.yaml", "provenance.json", "wandb",
              RUN_ID_FILE, ".hydra", "train.log", "code.diff")
 RUN_DIRS = (CHECKPOINT_DIR, "samples", "images", "wandb", ".hydra")     # of RUN_FILES, the directories
-LOCK_FILE = ".lock"
 LOGS = ("metrics.jsonl", "metrics.csv", "status.json")     # a run's log: a training's, a synthetic run's
 GROWING = ("metrics.jsonl", "train.log", "synthetic.log")     # logs appended to after the run's last stamp
 MANIFEST = "manifest.txt"       # <run_dir>/manifest.txt: the top-level names the run writes, one a line
@@ -56,8 +59,8 @@ def read_manifest(run_dir: Path) -> tuple[str, ...] | None:
 def read_stamps(run_dir: Path) -> dict[str, str | None] | None:
     """:func:`read_manifest`'s names, each with its stamp (None: not stamped)."""
     try:
-        text = (Path(run_dir) / MANIFEST).read_text(encoding="utf-8")
-    except (OSError, UnicodeError):
+        text = read_small_text(Path(run_dir) / MANIFEST)
+    except (OSError, DataFileError):
         return None
     if not text.startswith(MANIFEST_HEADER):        # a file of that name that no run wrote
         return None
@@ -92,19 +95,6 @@ def _below(run_dir: Path, name: str) -> list[str]:
     return [p for e in entries for p in (*_below(run_dir, f"{name}/{e}"), f"{name}/{e}")]
 
 
-def stamp(path: Path) -> str | None:
-    """What ``path`` is: ``kind:device:inode`` (``f`` file, ``d`` directory, ``l`` link), and for a
-    file written whole also ``:size:mtime_ns`` (a file put in its place may get its inode again);
-    a log the run appends to after its last stamp (:data:`GROWING`) by its inode only. None when absent."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    kind = "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
-    whole = f":{st.st_size}:{st.st_mtime_ns}" if kind != "d" and Path(path).name not in GROWING else ""
-    return f"{kind}:{st.st_dev}:{st.st_ino}{whole}"
-
-
 def stamp_manifest(run_dir: Path, writes: Sequence[str]) -> None:
     """Stamp (:func:`stamp`) each name of ``writes`` (what this run writes) that the manifest lists
     and that exists now; the other lines stay as they are. Nothing without a manifest."""
@@ -114,14 +104,13 @@ def stamp_manifest(run_dir: Path, writes: Sequence[str]) -> None:
     since = _claimed(run_dir)
     for name in writes:
         if name in stamps:
-            stamps[name] = stamp(Path(run_dir) / name) or stamps[name]
+            stamps[name] = stamp(Path(run_dir) / name, growing=name in GROWING) or stamps[name]
             below = _below(run_dir, name)
             for rel in [r for r in stamps if r.startswith(name + "/") and r not in below]:
                 del stamps[rel]         # gone (a checkpoint replaced)
             for rel in below:           # in its folders: what it wrote since it claimed the directory
-                mark = stamp(Path(run_dir) / rel)
-                if mark and (since is None or os.lstat(Path(run_dir) / rel).st_mtime_ns >= since):
-                    stamps[rel] = mark
+                if since is None or os.lstat(Path(run_dir) / rel).st_mtime_ns >= since:
+                    stamps[rel] = stamp(Path(run_dir) / rel) or stamps.get(rel)
     try:
         write_manifest(run_dir, list(stamps), stamps)
     except WriteFailed:     # a full disk: the earlier stamps stay, and what they no longer match is kept, not deleted
@@ -133,7 +122,7 @@ def deletable(run_dir: Path, names: Sequence[str], writes: Sequence[str] = ()) -
     while it is still the stamped entry; one without a stamp when it is a name a run writes
     (:data:`RUN_FILES`, ``writes``). A kept name the new run writes (``writes``) is refused in one line."""
     stamps = read_stamps(run_dir) or {}
-    ok = [n for n in names if (stamps[n] == stamp(Path(run_dir) / n) if stamps.get(n) else n in (*RUN_FILES, *writes))]
+    ok = [n for n in names if (matches(Path(run_dir) / n, stamps[n]) if stamps.get(n) else n in (*RUN_FILES, *writes))]
     kept = [n for n in names if n not in ok]
     if any(n in writes for n in kept):
         raise ConfigError("overwrite", True, f"{', '.join(n for n in kept if n in writes)} in {run_dir} is no longer "
@@ -143,7 +132,7 @@ def deletable(run_dir: Path, names: Sequence[str], writes: Sequence[str] = ()) -
     for name in ok:         # a folder: what the run wrote in it, then the folder if that left it empty
         left: set[str] = set()
         for rel in _below(run_dir, name):
-            mine = stamps.get(rel) == stamp(Path(run_dir) / rel) if stamps.get(name) else True   # unstamped: earlier
+            mine = matches(Path(run_dir) / rel, stamps.get(rel)) if stamps.get(name) else True   # unstamped: earlier
             is_dir = (Path(run_dir) / rel).is_dir() and not (Path(run_dir) / rel).is_symlink()
             if not mine and not is_dir and stamps.get(rel):     # the run's file, replaced: the new run writes it
                 raise ConfigError("overwrite", True, f"{rel} in {run_dir} is no longer what the old run wrote "

@@ -1,14 +1,14 @@
 """Paths a run or a command will write into, checked before anything is written (the run
 contract): a directory it can write into or create (:func:`check_usable_dir`), a file it can
-write (:func:`check_writable_file`). Each refusal is one :class:`~dadam3.errors.config.ConfigError`
-naming the key and the path; nothing is created.
+write (:func:`check_writable_file`), and no symbolic link where it writes: neither the directory
+itself nor a folder it writes into below it (:func:`check_no_link`). Each refusal is one
+:class:`~dadam3.errors.config.ConfigError` naming the key and the path; nothing is created.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,19 @@ def check_usable_dir(key: str, path: Any) -> Path:
     return p
 
 
+def check_no_link(key: str, value: Any, path: Any, below: bool = False) -> None:
+    """``path`` (a directory a run or the report writes into, or a file it writes there) is not a
+    symbolic link, and with ``below`` no folder under it is one: whatever is written there would
+    land in the link's target, outside the run. One line naming the link and its target."""
+    path = Path(path)
+    links = [path] if path.is_symlink() else []
+    if below and not links and path.is_dir():
+        links = [Path(d) / n for d, names, _ in os.walk(path) for n in names if (Path(d) / n).is_symlink()][:1]
+    if links:
+        raise ConfigError(key, str(value), f"{links[0]} is a symbolic link to {os.readlink(links[0])}: nothing is "
+                                           "written through a link; use the real path, or replace the link")
+
+
 def check_writable_file(key: str, path: Any) -> Path:
     """``path`` as a file this process can write (its directory usable, see
     :func:`check_usable_dir`; an existing ``path`` a writable file). Creates nothing."""
@@ -59,14 +72,6 @@ def check_writable_file(key: str, path: Any) -> Path:
     return p
 
 
-def mkstemp_umask(path: Path) -> tuple[int, str]:
-    """A temporary file ``.<name>.<random>.tmp`` beside ``path``, with the mode an ordinary
-    ``open`` would give it (0666 less the umask; ``mkstemp`` alone makes it 0600)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return fd, tmp
 def check_path(key: str, value: str | os.PathLike) -> Path:
     """``value`` as a path the OS can create: no empty name, no NUL, newline or carriage return
     (they break the run's one-line records and the shell commands it prints), each component at

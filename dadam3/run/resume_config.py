@@ -25,7 +25,9 @@ import dadam3.run.schema.presets as presets
 from dadam3.run.config import flatten
 from dadam3.errors.config import ConfigError
 from dadam3.run.schema import config_error, merged_overrides
+from dadam3.errors.files import DataFileError
 from dadam3.run.schema.groups import GROUPS
+from dadam3.run.schema.overrides import VALUE_FLAGS
 from dadam3.run.schema.runs import only_with
 
 _UNSET = object()
@@ -177,6 +179,11 @@ def resume_argv(argv: list[str]) -> list[str]:
             resume = o.value()
     try:
         base = [] if resume is None else group_choices(run_config(resume), argv)
-    except (ConfigError, OSError):
+    except (ConfigError, OSError, DataFileError):
         base = []                   # the run says so, in its own words
-    return merged_overrides(base, argv, ("resume", "overwrite")) if base else argv
+    if not base:
+        return argv
+    # Hydra's flags (--config-dir DIR, -m) stay in front of the overrides: its parser takes those as one block
+    flag = [a.startswith("-") or (i > 0 and argv[i - 1] in VALUE_FLAGS) for i, a in enumerate(argv)]
+    return [a for a, f in zip(argv, flag) if f] + merged_overrides(base, [a for a, f in zip(argv, flag) if not f],
+                                                                   ("resume", "overwrite"))

@@ -10,8 +10,9 @@ that process's last iteration). So:
 * the trainer stores in each checkpoint whether its iteration is on the grid
   (``record_on_grid``: :meth:`LoggingGrid.on_grid`);
 * the resuming run asks :func:`record_at_resume_point_kept`;
-* :func:`rewind` rewrites ``metrics.jsonl`` to what an uninterrupted run left at k
-  (:class:`dadam3.run.loggers.JsonlLogger` calls it when opened with a resume point).
+* :func:`rewind` gives ``metrics.jsonl`` as an uninterrupted run left it at k
+  (:class:`dadam3.run.loggers.JsonlLogger` calls it when opened with a resume point, and
+  continues the log in a new file holding that: :func:`dadam3.errors.files.open_appending`).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import write_text_whole
+from dadam3.errors.files import DataFileError
+from dadam3.errors.small_files import LOG, read_small
 
 TERMINAL_STATUSES = ("finished", "diverged", "interrupted")
 log = logging.getLogger(__name__)
@@ -59,7 +61,7 @@ def parse_record(line: str) -> dict | None:
     """One line of a JSONL log as a record (:func:`as_record`), None if it is not one."""
     try:
         return as_record(json.loads(line))
-    except ValueError:
+    except (ValueError, RecursionError):        # not JSON, or nested past Python's limit
         return None
 
 
@@ -67,8 +69,8 @@ def read_records(path: Path) -> list[dict]:
     """The complete records of a JSONL log (:func:`parse_record`; empty if it cannot be read):
     what a reader that must not stop on a damaged line uses (the sweep, the figure scripts)."""
     try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")[:-1]
-    except OSError:
+        lines = read_small(path, LOG).decode("utf-8", errors="replace").split("\n")[:-1]
+    except (OSError, DataFileError):
         return []
     return [r for r in map(parse_record, lines) if r is not None]
 
@@ -97,38 +99,36 @@ def record_at_resume_point_kept(ckpt: Mapping[str, Any]) -> bool:
     return bool(ckpt["record_on_grid"])
 
 
-def rewind(path: Path, k: int, drop_at_k: bool) -> None:
-    """Rewrite the JSONL log at ``path`` (atomically) as an uninterrupted run left it at
-    iteration ``k``: drop records after k, every final status record, ``resumed`` records at k
-    or later (an earlier attempt to resume there), with ``drop_at_k`` the record at k, and (each
-    kind named in one warning line) a torn last line and unreadable lines (not JSON, not a
-    record, or not UTF-8: such a line is dropped whole, never written back altered). A record at k that an
-    uninterrupted run has but the log lacks (torn, or deleted) cannot be written again (its
-    window's sums were reset when it was logged): one warning line says the log has none at k."""
-    kept, unreadable, torn, at_k = [], [], None, False
-    with open(path, "rb") as src:
-        for number, raw in enumerate(src, 1):
-            if not raw.endswith(b"\n"):
-                torn = number if raw.strip() else None
-                break
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:          # not UTF-8: unreadable, never rewritten altered
+def rewind(path: Path, k: int, drop_at_k: bool) -> bytes:
+    """The JSONL log at ``path`` as an uninterrupted run left it at iteration ``k`` (read small:
+    :func:`dadam3.errors.small_files.read_small`; the caller writes it, as a new file): records
+    after k dropped, every final status record, ``resumed`` records at k or later (an earlier
+    attempt to resume there), with ``drop_at_k`` the record at k, and (each kind named in one
+    warning line) a torn last line and unreadable lines (not JSON, not a record, or not UTF-8:
+    such a line is dropped whole, never written back altered). A record at k that an uninterrupted
+    run has but the log lacks (torn, or deleted) cannot be written again (its window's sums were
+    reset when it was logged): one warning line says the log has none at k."""
+    kept, unreadable, at_k = [], [], False
+    *lines, rest = read_small(path, LOG).split(b"\n")
+    torn = len(lines) + 1 if rest.strip() else None
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:          # not UTF-8: unreadable, never rewritten altered
+            unreadable.append(number)
+            continue
+        record = parse_record(line)
+        if record is None:
+            if line.strip():
                 unreadable.append(number)
-                continue
-            record = parse_record(line)
-            if record is None:
-                if line.strip():
-                    unreadable.append(number)
-                continue
-            it, status = record.get("iteration"), record.get("status")
-            if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
-                continue
-            if status == "resumed" and it is not None and it >= k:
-                continue
-            at_k = at_k or (it == k and status not in ("resumed",))
-            kept.append(line)
-    write_text_whole(path, "".join(kept))
+            continue
+        it, status = record.get("iteration"), record.get("status")
+        if status in TERMINAL_STATUSES or (it is not None and (it > k or (it == k and drop_at_k))):
+            continue
+        if status == "resumed" and it is not None and it >= k:
+            continue
+        at_k = at_k or (it == k and status not in ("resumed",))
+        kept.append(line + "\n")
     if unreadable:
         shown = ", ".join(map(str, unreadable[:5])) + (", ..." if len(unreadable) > 5 else "")
         log.warning("%s: dropped %d unreadable line(s) (line %s) while rewinding to iteration %d",
@@ -139,3 +139,4 @@ def rewind(path: Path, k: int, drop_at_k: bool) -> None:
     if k > 0 and not drop_at_k and not at_k:
         log.warning("%s: the record at iteration %d (the checkpoint's) is missing or was torn and cannot be written "
                     "again: the log has no record at %d", path, k, k)
+    return "".join(kept).encode("utf-8")

@@ -15,6 +15,8 @@ A job whose directory another job of the same invocation already used is refused
 nothing deleted."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -35,7 +37,9 @@ from dadam3.run.divergence import run_breach
 from dadam3.distributed import exit_on_peer_failure
 from dadam3.errors.boundary import failure_of
 from dadam3.errors.config import ConfigError
-from dadam3.run.paths import HYDRA_NO_TILDE, check_path, check_usable_dir
+from dadam3.errors.files import write_whole
+from dadam3.errors.small_files import LOG, read_small
+from dadam3.run.paths import HYDRA_NO_TILDE, check_no_link, check_path, check_usable_dir
 from dadam3.errors.stops import Diverged, RunStopped, stop_report
 from dadam3.run.rewind import read_records
 from dadam3.run.directory import config_on_file
@@ -174,8 +178,15 @@ def _record_job(sweep_dir: str, job: dict) -> None:
     job's ranks as tasks of one SLURM job: the job is one line, not one per rank)."""
     if os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) != "0":
         return
-    with open(Path(sweep_dir) / SWEEP_STATUS, "a", encoding="utf-8") as f:
-        f.write(json.dumps(job) + "\n")
+    path, line = Path(sweep_dir) / SWEEP_STATUS, (json.dumps(job) + "\n").encode("utf-8")
+    fd = os.open(sweep_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:                # one job at a time (jobs of a local launcher run side by side): none loses its line
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        before = read_small(path, LOG) if os.path.lexists(path) else b""
+        write_whole(path, lambda f: f.write(before + line))     # never appended in place: a link is replaced
+    finally:
+        os.close(fd)
 
 
 class SweepStatus(Callback):
@@ -234,6 +245,7 @@ def _usable_or_exit(key: str, path: str) -> None:
         check_path(key, str(path))
         if str(path).startswith("~"):
             raise ConfigError(key, path, HYDRA_NO_TILDE)
+        check_no_link(key, path, path)
         check_usable_dir(key, path)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
@@ -243,8 +255,9 @@ def _usable_or_exit(key: str, path: str) -> None:
 def _status_file_or_exit(sweep_dir: str) -> None:
     """The sweep's :data:`SWEEP_STATUS`, which every job appends to, is a file this process can write."""
     status = Path(sweep_dir) / SWEEP_STATUS
-    if status.is_dir() or (os.path.lexists(status) and not os.access(status, os.W_OK)):
-        what = "a directory" if status.is_dir() else "not writable by this user"
+    if os.path.lexists(status) and (status.is_symlink() or not status.is_file() or not os.access(status, os.W_OK)):
+        what = ("a symbolic link (nothing is written through one)" if status.is_symlink() else "a directory"
+                if status.is_dir() else "not a regular file" if not status.is_file() else "not writable by this user")
         print(f"error: hydra.sweep.dir={sweep_dir}: its {SWEEP_STATUS} is {what}; move it away or choose another "
               "hydra.sweep.dir", file=sys.stderr, flush=True)
         sys.exit(2)

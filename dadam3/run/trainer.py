@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from dadam3.distributed.failures import DistributedTimeout
-from dadam3.errors.files import WriteFailed
+from dadam3.errors.files import WriteFailed, what_to_do
 from dadam3.errors.stops import RunStopped, StoppedAtOnce
 from dadam3.gan.finiteness import Divergence, FinitenessWatch, TrainingDiverged
 from dadam3.gan.iteration import GANStep, StepSettings
@@ -190,7 +190,8 @@ class WGANTrainer:
         path, reason = (failed.path, failed.reason) if failed is not None else (self.run_dir, "on rank 0")
         self._terminal_record("interrupted", f"write failed: {path}: {reason}")
         raise self._agreed(WriteFailed(path, f"{reason} at iteration {self.state.iteration}; last checkpoint: "
-                                             f"{self._last_checkpoint()}; free space and {self._continue_with()}"))
+                                             f"{self._last_checkpoint()}; {what_to_do(reason)} and "
+                                             f"{self._continue_with()}"))
 
     def _checkpoint_failed(self, path: Path, reason: str) -> None:
         if StoppedAtOnce.raised is not None:      # a second signal during the write, not the disk
@@ -198,8 +199,8 @@ class WGANTrainer:
         k = self.state.iteration
         kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint was written yet"
         self._terminal_record("interrupted", reason)
-        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; free space and "
-                                                f"{self._continue_with()}"))
+        raise self._agreed(CheckpointNotWritten(f"{path} after iteration {k} ({reason}); {kept}; {what_to_do(reason)} "
+                                                f"and {self._continue_with()}"))
 
     def _interrupted(self, signum: int) -> None:
         """After the checkpoint: the record, then every rank waits for rank 0 to have written it

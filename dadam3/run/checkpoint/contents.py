@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from dadam3.errors.small_files import read_small
 from dadam3.run.checkpoint.files import NodeList, atomic_save
 from dadam3.distributed.placement import Placement
 
@@ -43,9 +44,11 @@ ENTRY_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def read_run_id(run_dir: Path) -> str | None:
-    """The id in ``run_dir``/:data:`RUN_ID_FILE`, or None (no file, unreadable, not an id)."""
+    """The id in ``run_dir``/:data:`RUN_ID_FILE`, or None (no file, unreadable, not an id). A
+    ``run_id`` that is no small regular file (a FIFO, ``/dev/zero``) is one line naming it
+    (:func:`dadam3.errors.small_files.read_small`)."""
     try:
-        text = (Path(run_dir) / RUN_ID_FILE).read_text(encoding="ascii").strip()
+        text = read_small(Path(run_dir) / RUN_ID_FILE, 4096).decode("ascii").strip()
     except (OSError, UnicodeError):
         return None
     return text if RUN_ID.fullmatch(text) else None

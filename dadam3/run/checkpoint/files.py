@@ -33,9 +33,11 @@ import numpy as np
 import torch
 
 from dadam3.errors.config import ConfigError
-from dadam3.errors.files import WriteFailed, write_failure_reason, write_whole
+from dadam3.errors.files import DataFileError, WriteFailed, is_temporary_of, new_temporary, write_failure_reason, \
+    write_whole
+from dadam3.errors.small_files import read_small
 from dadam3.errors.stops import RunStopped
-from dadam3.run.paths import mkstemp_umask
+from dadam3.run.stamps import remember
 
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
@@ -84,7 +86,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = mkstemp_umask(path)
+    fd, tmp = new_temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
@@ -93,6 +95,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
         digest = file_sha256(Path(tmp))
         _write_checksums(path, [digest, *_earlier(path)[:2]])     # both the old and the new file verify
         os.replace(tmp, path)
+        remember(path, digest)          # its manifest stamp (dadam3.run.stamps) without reading it again
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -132,9 +135,11 @@ def read_checksums(path: Path, key: str = "resume") -> list[str]:
     checksum never counts as "no checksum"."""
     target = checksum_path(path)
     try:
-        text = target.read_bytes().decode("ascii")
+        text = read_small(target, 1 << 16).decode("ascii")
     except FileNotFoundError:
         return []
+    except DataFileError as e:
+        raise _unreadable(key, path, target, e.reason) from None
     except (OSError, UnicodeError) as e:
         raise _unreadable(key, path, target, getattr(e, "strerror", None) or "not text") from None
     lines = [line for line in text.splitlines() if line.strip()]
@@ -171,11 +176,15 @@ def _write_checksums(path: Path, digests: list[str]) -> None:
 
 
 def remove_stray_temporaries(directory: Path) -> list[Path]:
-    """Delete ``.<name>.*.tmp`` files that a killed :func:`atomic_save` left in ``directory``."""
+    """Delete the temporary files a killed :func:`atomic_save` left in ``directory`` (the run's own
+    ``checkpoints/``): regular files named as :func:`~dadam3.errors.files.new_temporary` names
+    those of ``last.pt`` and its checksum, nothing else (a user's ``.notes.tmp`` stays)."""
+    ours = (LAST_CHECKPOINT, LAST_CHECKPOINT + CHECKSUM_SUFFIX)
     removed = []
     for tmp in Path(directory).glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
-        removed.append(tmp)
+        if is_temporary_of(tmp.name, ours) and tmp.is_file() and not tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
     return removed
 
 

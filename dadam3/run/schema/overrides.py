@@ -8,10 +8,12 @@ check followed by Hydra's composition, as the tests and scripts compose a config
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
+import re
 from dataclasses import fields, is_dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -41,10 +43,12 @@ def compose(config_name: str, overrides: Sequence[str] = (), checked: bool = Fal
     return _compose(config_name, overrides)
 
 
-def check_overrides(config_name: str, argv: Sequence[str]) -> None:
+def check_overrides(config_name: str, argv: Sequence[str], stored: Mapping[str, Any] | None = None) -> None:
     """Raise a one-line ConfigError for an override whose key the schema does not know (with
     ``+`` too), that means nothing for the chosen group option, or whose value its field's
-    check refuses. Hydra's flags and ``hydra.*`` keys are left to Hydra."""
+    check refuses. Hydra's flags and ``hydra.*`` keys are left to Hydra. ``stored``: a resume's
+    run config (flattened), whose values decide what a given key means (``dataset.alpha`` on a
+    run made with ``dataset.partition=dirichlet``)."""
     try:
         parsed = OverridesParser.create().parse_overrides(_overrides_only(argv))
     except HydraException:
@@ -61,14 +65,19 @@ def check_overrides(config_name: str, argv: Sequence[str]) -> None:
             for value in _values(o):
                 _check_key(ROOTS[config_name], cfg, o.key_or_group, value)
         if ROOTS[config_name] is TrainConfig:
-            _check_only_with(cfg, [o for o in values if not o.is_sweep_override()])
+            _check_only_with(cfg, [o for o in values if not o.is_sweep_override()], stored or {})
 
 
-def _check_only_with(cfg: DictConfig, given: list[Override]) -> None:
+def _check_only_with(cfg: DictConfig, given: list[Override], stored: Mapping[str, Any]) -> None:
     """A key given (at any value, its default too) where the config it makes means nothing by it
-    (:data:`~dadam3.run.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``)."""
+    (:data:`~dadam3.run.schema.runs.ONLY_WITH`: ``metrics.per_node=true`` with ``metrics.every=0``);
+    on a resume, the run's own values (``stored``) first."""
     cfg = cfg.copy()
     with open_dict(cfg):
+        for key, value in stored.items():
+            if key not in ("resume", "overwrite"):
+                with contextlib.suppress(Exception):        # a key this version does not know: the resume names it
+                    OmegaConf.update(cfg, key, value, merge=True)
         for o in given:
             try:
                 OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True)
@@ -135,14 +144,29 @@ def _check_key(root: type, cfg: DictConfig, key: str, value: Any) -> None:
 
 
 def config_error(e: Exception) -> ConfigError:
-    """Hydra's or OmegaConf's error (a composition, a type, an interpolation) as one line."""
-    cause = e
-    while cause.__cause__ is not None and not isinstance(cause, ConfigError):
-        cause = cause.__cause__
-    if isinstance(cause, ConfigError):
-        return cause
-    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-    return ConfigError(getattr(cause, "full_key", None) or "config", getattr(cause, "value", "?"), first)
+    """Hydra's or OmegaConf's error (a composition, a type, an interpolation) as one line naming the
+    key (OmegaConf's ``full_key``, found through the causes and contexts) and, for an error inside a
+    preset (Hydra's ``In 'experiment/mine'``), the preset and its file."""
+    chain, cause = [], e
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    refused = next((c for c in chain if isinstance(c, ConfigError)), None)
+    if refused is not None:
+        return refused
+    keyed = next((c for c in chain if getattr(c, "full_key", None)), chain[-1])
+    first = next((line for line in str(keyed).strip().splitlines() if line.strip()), type(keyed).__name__)
+    where = re.search(r"In '([\w/-]+)/([\w.-]+)'", str(e))
+    key = getattr(keyed, "full_key", None) or "config"
+    value = getattr(keyed, "value", "?")
+    if where is not None:
+        group, option = where.groups()
+        files = presets.preset_files(group, option)
+        found = presets.preset(group, option) if key != "config" else None
+        if value in ("?", None) and found is not None:
+            value = OmegaConf.select(OmegaConf.create(found[0] if found[2] else {group: found[0]}), key, default="?")
+        first = f"set by the preset {group}={option} ({files[0] if files else 'no file'}): {first.strip()}"
+    return ConfigError(key, value, first)
 
 
 def _compose(config_name: str, overrides: Sequence[str]) -> DictConfig:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hydra._internal.config_repository import ConfigRepository
@@ -30,28 +31,41 @@ SEARCHPATH: list[str] = []        # the user's directories (URLs: file://DIR, pk
 CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
 
 
-def user_searchpath(argv: Sequence[str]) -> list[str]:
+def user_searchpath(argv: Sequence[str], keyed: bool = False) -> list:
     """The directories ``argv`` adds to Hydra's search path: ``--config-dir DIR`` (``-cd DIR``,
-    ``--config-dir=DIR``) and ``hydra.searchpath=[...]``, as URLs."""
-    out: list[str] = []
+    ``--config-dir=DIR``) and ``hydra.searchpath=[...]``, as URLs (``keyed``: (flag or key, URL))."""
+    out: list = []
     for i, arg in enumerate(argv):
         flag, eq, value = arg.partition("=")
         if flag in CONFIG_DIR_FLAGS:
             value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
             if value:
-                out.append(value if "://" in value else f"file://{value}")
+                out.append((flag, value if "://" in value else f"file://{value}"))
         elif arg.startswith("hydra.searchpath="):
             try:
                 parsed = OverridesParser.create().parse_overrides([arg])[0].value()
             except Exception:             # Hydra says why
                 continue
-            out += [str(v) for v in (parsed if isinstance(parsed, list) else [parsed])]
-    return out
+            out += [("hydra.searchpath", str(v)) for v in (parsed if isinstance(parsed, list) else [parsed])]
+    return out if keyed else [url for _, url in out]
 
 
 def use_searchpath(argv: Sequence[str]) -> None:
-    """Take the user's directories from ``argv`` (an entry point's command line)."""
-    SEARCHPATH[:] = user_searchpath(argv)
+    """Take the user's directories from ``argv`` (an entry point's command line); one that is not a
+    directory is one line (Hydra would only warn, or say it in five lines)."""
+    keyed = user_searchpath(argv, keyed=True)
+    for key, url in keyed:
+        if url.startswith("file://") and not Path(url.removeprefix("file://")).is_dir():
+            raise ConfigError(key, url.removeprefix("file://"), "is not a directory: the user's config directory "
+                                                                "(its presets) must exist")
+    SEARCHPATH[:] = [url for _, url in keyed]
+
+
+def preset_files(group: str, option: str) -> list[Path]:
+    """The YAML files of ``group/option`` on the search path, the one Hydra uses first: the package's
+    (``dadam3/configs``), then the user's directories' in their order."""
+    dirs = [CONFIG_DIR, *(Path(u.removeprefix("file://")) for u in SEARCHPATH if u.startswith("file://"))]
+    return [f for d in dirs if (f := d / group / f"{option}.yaml").is_file()]
 
 
 def searchpath_override() -> list[str]:
@@ -143,6 +157,10 @@ def check_group_choices(argv: Sequence[str], groups: Sequence[str]) -> None:
         for v in value.split(","):
             if v.strip() not in allowed:
                 raise ConfigError(key, v.strip(), f"unknown {key}; allowed: {', '.join(allowed)}")
+            files = preset_files(key, v.strip())
+            if len(files) > 1 and files[0].parent.parent == CONFIG_DIR:
+                raise ConfigError(key, v.strip(), f"the package's {files[0]} and your {files[1]} have this name; "
+                                                  "Hydra would take the package's and ignore yours: rename yours")
 
 
 def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], None]) -> None:
@@ -152,7 +170,7 @@ def run_cli(hydra_main, groups: Sequence[str], check: Callable[[Sequence[str]], 
     between the overrides (``seed=0 -m lr=1,2``) moves to the front: Hydra's argparse takes the
     overrides as one block and would refuse those after the flag with its usage text."""
     sys.argv[1:] = multirun_flags_first(sys.argv[1:])
-    use_searchpath(sys.argv[1:])
+    exit_on_failure(use_searchpath)(sys.argv[1:])
     exit_on_failure(check_group_choices)(sys.argv[1:], groups)
     exit_on_failure(check)(sys.argv[1:])
     exit_on_failure(hydra_main)()          # a second stop signal in a sweep, a launcher's failure: one line

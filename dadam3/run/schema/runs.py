@@ -94,12 +94,13 @@ class Metrics(Section):
 
 
 N_CRITIC_MAX = 1000         # critic steps per iteration (WGAN-GP recipes use 5)
+ITERATIONS_MAX = 2 ** 62    # an iteration count the int64 counters and log points hold
 
 
 @dataclass
 class LoopSettings(Section):
     """The ``loop`` group: what the training loop reads (:class:`dadam3.run.trainer.WGANTrainer`)."""
-    iterations: int = knob(30000, Int(1), resume=True)        # Table 6
+    iterations: int = knob(30000, Int(1, ITERATIONS_MAX), resume=True)        # Table 6
     batch_size: int = knob(64, Int(1))                        # per node (Table 6)
     n_critic: int = knob(1, Int(1, N_CRITIC_MAX), resume=True)   # 1: the paper's simultaneous game
     gp_lambda: float = knob(GP_LAMBDA, Num(0.0), resume=True)   # WGAN-GP penalty weight
@@ -276,7 +277,7 @@ class Game(Section):
 class SyntheticConfig(Section):
     """``python -m dadam3.synthetic``."""
     nodes: int = knob(5, Int(1))                  # Section 5.1: M = 5 nodes on a ring
-    iterations: int = knob(10_000_000, Int(1))    # Section 5.1: N = 10^7
+    iterations: int = knob(10_000_000, Int(1, ITERATIONS_MAX))    # Section 5.1: N = 10^7
     seed: int = knob(default_of(run_synthetic, "seed"), Int(0, SEED_MAX))
     # numba: the compiled loop, proven equal to torch | torch | eager: torch with the optimizers' eager engine
     engine: str = knob(default_of(run_synthetic, "engine"), Choice(ENGINES))
