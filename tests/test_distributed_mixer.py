@@ -240,9 +240,10 @@ def test_every_rank_mixes_its_rows_like_the_simulator(equality_run, R):
                     np.testing.assert_array_equal(got["bytes_sent"], ref_bytes)   # exactly the simulator's count
                 assert covered == list(range(M))
     assert all(rec["inputs_unchanged"] for rec in recs)
-    # 48 mixes in the loop above; 54 in the optimizers (2 cases x (Dadam3, DOSG: 1 at
-    # construction + 2 per step; DP-OAdam: 1 per step)): every rank got through all of them
-    assert [rec["mixes"] for rec in recs] == [48 + 2 * (11 + 11 + 5)] * R
+    # 48 mixes in the loop above; 108 in the optimizers (2 cases x (Dadam3, DOSG, dadam3_shared_exact:
+    # 1 at construction + 2 per step; DP-OAdam: 1 per step; dadam3_shared: 1 + 3 per step, its scale
+    # gossiped; the exact average is an all-reduce, not a mix)): every rank got through all of them
+    assert [rec["mixes"] for rec in recs] == [48 + 2 * (11 + 11 + 5 + 16 + 11)] * R
 
 
 @pytest.mark.parametrize("R", [1, 2, 3])

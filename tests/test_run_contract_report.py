@@ -159,6 +159,7 @@ def test_the_report_accepts_every_commit_value_the_trainer_writes_and_keeps_such
     edit_provenance(d, code_commit=commit)
     r = cli("dadam3.report", f"--results={results}", timeout=300)
     assert r.returncode == 0 and not said(r.stderr), r.stderr[-2000:]
+    assert "Warning" not in r.stderr, r.stderr[-2000:]          # a panel with no labelled line draws no legend
     text = (results / "REPORT.md").read_text()
     [row] = [x for x in text.splitlines() if x.startswith(f"| `{d.relative_to(results).as_posix()}` |")]
     assert commit in row
@@ -238,3 +239,12 @@ def test_a_report_that_cannot_be_written_whole_leaves_the_previous_one(tmp_path)
     assert line.startswith("error: write failed: ") and "(EFBIG)" in line, line
     assert (results / "REPORT.md").read_bytes() == before
     assert not [p for p in results.rglob(".*.tmp")]
+
+
+def test_a_first_report_whose_figure_cannot_be_written_leaves_no_folder(tmp_path):
+    results, d = tree(tmp_path)
+    r = cli("dadam3.report", f"--results={results}", timeout=300, preexec_fn=_fsize(2000))
+    assert r.returncode == 1, r.stderr[-2000:]
+    [line] = [x for x in r.stderr.splitlines() if x.strip()]
+    assert line.startswith("error: write failed: ") and "(EFBIG)" in line, line
+    assert not (results / "report").exists() and not (results / "REPORT.md").exists()

@@ -3,6 +3,7 @@ the same PNG bytes. A label with several runs (seeds) is drawn as their mean at 
 of them logged, with a band of ± one sample SD."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import matplotlib
@@ -22,9 +23,23 @@ def save(fig, path: Path) -> None:
     """``fig`` as the PNG ``path``, written whole (a new file renamed over the name: a link there
     is replaced, never followed; a failed write leaves the old figure)."""
     fig.tight_layout()
+    made = not path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(path, lambda f: fig.savefig(f, dpi=100, metadata=METADATA, format="png"))
-    plt.close(fig)
+    try:
+        write_whole(path, lambda f: fig.savefig(f, dpi=100, metadata=METADATA, format="png"))
+    except BaseException:
+        if made:                # a first figure that failed leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+        raise
+    finally:
+        plt.close(fig)
+
+
+def legend(ax, **options) -> None:
+    """``ax``'s legend, where it has labelled lines (a panel whose runs all lack its key has none)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
 
 
 def fig1(columns: dict[str, dict[str, list[float]]], path: Path) -> None:
@@ -37,7 +52,7 @@ def fig1(columns: dict[str, dict[str, list[float]]], path: Path) -> None:
     ax_r.set(xlabel="iteration k", ylabel=r"$\mathcal{R}_k$", title="(b) Average squared gradient norm")
     for ax in (ax_e, ax_r):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        legend(ax)
     save(fig, path)
 
 
@@ -65,7 +80,7 @@ def curves(groups: dict[str, list[Run]], panels: list[tuple[str, str, str | None
                 ax.plot(x2, mean2, ls="--", color=line.get_color())
         ax.set(xlabel="iteration", ylabel=ylabel)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        legend(ax, fontsize=8)
     fig.suptitle(title, fontsize=10)
     save(fig, path)
 
@@ -94,5 +109,5 @@ def step_sizes(cells: list[Cell], path: Path, key: str = "fid_mean") -> None:
     ax.set_xscale("log")
     ax.set(xlabel="step size (optimizer.lr)", ylabel="final FID, node mean (lower is better)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    legend(ax, fontsize=8)
     save(fig, path)

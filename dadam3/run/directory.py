@@ -40,15 +40,15 @@ from dadam3.run.checkpoint.files import LAST_CHECKPOINT
 from dadam3.run.checkpoint.resume import check_resume
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import write_whole, write_text_whole
-from dadam3.errors.small_files import read_small, read_small_text, yaml_value
+from dadam3.errors.small_files import read_small_text, yaml_value
 from dadam3.run.hydra_dirs import created_by_this_process
 from dadam3.run.job_log import earlier_segments
 from dadam3.run.lock import hold_lock, take_lock
 from dadam3.run.paths import check_no_link, check_usable_dir
 from dadam3.run.resume_config import read_resume, release_resume
 from dadam3.run.rewind import check_log_not_ahead
-from dadam3.run.manifest import (LOCK_FILE, MANIFEST, RUN_DIRS, deletable, read_stamps, run_files, train_writes,
-                                 write_manifest)
+from dadam3.run.manifest import (LOCK_FILE, MANIFEST, RUN_DIRS, deletable, manifest_bytes, read_stamps, run_files,
+                                 train_writes, write_manifest)
 from dadam3.run.schema import may_change_on_resume
 
 log = logging.getLogger(__name__)
@@ -96,9 +96,8 @@ class RunDir:
             log.warning("overwrite=true kept %s in %s: listed in the old run's %s but not what that run wrote",
                         ", ".join(self.kept), self.path, MANIFEST)
         if self.writes:                 # listed before any of them is created
-            try:
-                self._manifest_before = read_small(self.path / MANIFEST)
-            except FileNotFoundError:
+            self._manifest_before = manifest_bytes(self.path)
+            if self._manifest_before is None:
                 self.made.append(MANIFEST)
             earlier = () if self.new_id else run_files(self.path)[1] or ()     # a resume: what the run wrote so far
             write_manifest(self.path, (*earlier, *self.writes), {} if self.new_id else read_stamps(self.path))
@@ -146,7 +145,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
     checkpoint that is no run's own may continue there; a run's own checkpoint branches there
     when ``run_dir`` is not the run's). ``writes``: the top-level names the run creates
     (default: a training run's of ``config``, :func:`train_writes`)."""
-    run_dir, writes = Path(os.path.expanduser(run_dir)), tuple(train_writes(config) if writes is None else writes)
+    run_dir = Path(os.path.expanduser(run_dir))
     if resume is not None and overwrite:
         raise ConfigError("overwrite", True, "cannot be combined with resume=; a resume continues the run")
     ckpt, changed, home = None, {}, None
@@ -178,6 +177,7 @@ def check_run_dir(run_dir: Path, resume: str | None, config: Mapping[str, Any], 
                                             "directory named with hydra.run.dir=NEW")
     lock = take_lock(run_dir) if run_dir.is_dir() else None
     try:
+        writes = tuple(train_writes(config) if writes is None else writes)
         existing, kept = (), ()
         if home is None:
             existing = _replaced(run_dir, writes, overwrite, resume is None)

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from dadam3.errors.config import ConfigError
 from dadam3.errors.files import DataFileError, WriteFailed, write_text_whole
-from dadam3.errors.small_files import read_small_text
+from dadam3.errors.small_files import read_small, read_small_text
 from dadam3.run.checkpoint import CHECKPOINT_DIR, RUN_ID_FILE, read_run_id
 from dadam3.run.lock import LOCK_FILE
 from dadam3.run.stamps import matches, stamp
@@ -54,6 +54,14 @@ def read_manifest(run_dir: Path) -> tuple[str, ...] | None:
     readable, or not starting with :data:`MANIFEST_HEADER`: a file of that name no run wrote)."""
     stamps = read_stamps(run_dir)
     return None if stamps is None else tuple(n for n in stamps if "/" not in n)
+
+
+def manifest_bytes(run_dir: Path) -> bytes | None:
+    """The manifest as it is, read small (None: there is none yet): what an undone start writes back."""
+    try:
+        return read_small(Path(run_dir) / MANIFEST)
+    except FileNotFoundError:
+        return None
 
 
 def read_stamps(run_dir: Path) -> dict[str, str | None] | None:
