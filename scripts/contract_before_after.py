@@ -44,6 +44,8 @@ from typing import Callable
 
 import yaml
 
+from dadam3.errors.files import write_text_whole
+
 PY = sys.executable
 PRLIMIT = shutil.which("prlimit")
 GIB = 1024 ** 3
@@ -1125,7 +1127,11 @@ are those of `tests/test_run_contract*.py`, copied into `scripts/contract_before
 
 """
     footer = "\n\nDefects (after): " + (", ".join(f"row {i}" for i in defects) if defects else "none") + "\n"
-    Path(out).write_text(header + text + footer)
+    doc = header + text + footer
+    for path, name in ((sys.prefix, "<venv>"), (before, "<before>"), (after, "<after>"),
+                       (a.before, "<before>"), (a.after, "<after>")):
+        doc = doc.replace(str(path), name)          # no path of this machine in a committed file
+    write_text_whole(Path(out), doc)
     print(f"wrote {out}")
 
 

@@ -2,8 +2,9 @@
 # Copy finished (or diverged) run directories from a worktree's results/ into this repository's
 # results/, keeping only what the report reads and a reader needs to trust it: metrics.jsonl,
 # config_resolved.yaml, .hydra/config.yaml and overrides.yaml, provenance.json (+ code.diff),
-# run_id, train.log. Samples and checkpoints stay in the worktree (regenerate them by rerunning
-# the run's command: its config and commit are in what is copied).
+# run_id, train.log (the worktree's absolute path in it written results/). Samples and checkpoints
+# stay in the worktree (regenerate them by rerunning the run's command: its config and commit are in
+# what is copied).
 #
 #   bash scripts/copy_runs.sh SRC_RESULTS SUBDIR
 #   e.g. bash scripts/copy_runs.sh ../r3/results fmnist/round3
@@ -16,6 +17,7 @@ src=${1:?SRC_RESULTS: the results/ folder of the worktree that made the runs}
 sub=${2:?SUBDIR under results/, e.g. fmnist/round3}
 PY=${PYTHON:-python}
 [ -d "$src/$sub" ] || { echo "error: $src/$sub: no such directory; nothing copied" >&2; exit 2; }
+src_abs=$(cd "$src" && pwd -P)
 copied=0 left=0
 while IFS= read -r -d '' metrics; do
   run=$(dirname "$metrics")
@@ -37,10 +39,14 @@ PYEOF
     echo "error: $dest holds another run (run_id differs); nothing copied for it" >&2; exit 1
   fi
   mkdir -p "$dest/.hydra"
-  for f in metrics.jsonl config_resolved.yaml provenance.json code.diff run_id train.log \
+  for f in metrics.jsonl config_resolved.yaml provenance.json code.diff run_id \
            .hydra/config.yaml .hydra/overrides.yaml; do
     if [ -f "$run/$f" ]; then cp -p "$run/$f" "$dest/$f"; fi
   done
+  if [ -f "$run/train.log" ]; then      # the worktree's absolute path, where the log names the run, as results/
+    sed "s#$src_abs/#results/#g" "$run/train.log" > "$dest/train.log"
+    touch -r "$run/train.log" "$dest/train.log"
+  fi
   copied=$((copied + 1))
 done < <(find "$src/$sub" -name metrics.jsonl -print0 | sort -z)
 echo "copied $copied run(s) into results/$sub; $left left out"
