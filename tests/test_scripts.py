@@ -261,3 +261,20 @@ def test_figure_script_decides_finished_from_the_last_record_only(tmp_path):
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"iteration": 120, "status": "finished"}) + "\n")
     assert subprocess.run(["bash", "-c", test]).returncode == 0
+
+
+def test_copy_runs_writes_the_worktrees_absolute_path_in_a_log_as_results(tmp_path):
+    """The trainer logs its run directory absolute; a committed log names no path of this machine."""
+    repo, src = tmp_path / "repo", tmp_path / "worktree" / "results"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "copy_runs.sh").write_bytes((ROOT / "scripts" / "copy_runs.sh").read_bytes())
+    run = src / "toy" / "a"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "status": "finished"}) + "\n")
+    (run / "run_id").write_text("r1\n")
+    (run / "train.log").write_text(f"[t][dadam3.train][INFO] - finished 1 iterations in 0.1 s -> {run}\n")
+    r = subprocess.run(["bash", str(repo / "scripts" / "copy_runs.sh"), str(src), "toy"], capture_output=True,
+                       text=True, env={**os.environ, "PYTHON": sys.executable})
+    assert r.returncode == 0, r.stderr
+    assert (repo / "results" / "toy" / "a" / "train.log").read_text().endswith("-> results/toy/a\n")
+    assert (repo / "results" / "toy" / "a" / "run_id").read_text() == "r1\n"
