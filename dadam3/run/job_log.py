@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import logging.handlers
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -38,9 +38,17 @@ class _JobLogFile(logging.FileHandler):
     line on stderr instead of logging's traceback per record; the run goes on (its records
     and checkpoints say whether they could be written)."""
 
+    def __init__(self, path: Path, join: bool = False):
+        self.join = join            # another rank's: rank 0 made the file new, this one appends to it
+        super().__init__(path)
+
     def _open(self):
-        return io.TextIOWrapper(io.BufferedWriter(open_appending(self.baseFilename)), encoding="utf-8",
-                                write_through=True)
+        if self.join:               # never through a link; the same file as rank 0's (a copy would drop its lines)
+            raw = os.fdopen(os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC),
+                            "ab", buffering=0)
+        else:
+            raw = open_appending(self.baseFilename)
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", write_through=True)
 
     def handleError(self, record: logging.LogRecord) -> None:
         reason = sys.exc_info()[1]
@@ -78,8 +86,9 @@ class JobLog:
         logging.getLogger().addHandler(self.buffer)
         return self
 
-    def attach(self, path: Path) -> None:
-        self.file = _JobLogFile(path)
+    def attach(self, path: Path, join: bool = False) -> None:
+        """``join``: append to the ``train.log`` another rank of the run made (rank 0, first)."""
+        self.file = _JobLogFile(path, join)
         self.file.setFormatter(logging.Formatter(LOG_FORMAT))
         root = logging.getLogger()
         root.removeHandler(self.buffer)

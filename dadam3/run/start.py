@@ -86,8 +86,10 @@ def build_trainer(s: TrainConfig, run_dir: Path, dir_named: bool = False, nets: 
     state, dataset, draws, evaluate = on_every_rank(where.placement, lambda: build_state(s, rd, where, nets))
     # 4. every check passed: the logs
     logger = on_every_rank(where.placement, lambda: open_logs(s, rd) if where.placement.is_main else MultiLogger())
-    if job_log is not None:
-        job_log.attach(rd.path / JOB_LOG)
+    if job_log is not None:         # rank 0 makes train.log new, then the other ranks append to that file
+        on_every_rank(where.placement, lambda: job_log.attach(rd.path / JOB_LOG) if where.placement.is_main else None)
+        if not where.placement.is_main:
+            job_log.attach(rd.path / JOB_LOG, join=True)
     grid = LoggingGrid(s.loop.log_every, evaluate.every if evaluate is not None else 0)
     records = Records(logger, grid, where.placement)
     if rd.checkpoint is not None:               # the log says where the run continues and what changed
