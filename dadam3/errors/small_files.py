@@ -69,24 +69,23 @@ def nested_too_deep(value: Any, limit: int = NESTING, items: int = 1 << 24) -> b
 
 def json_value(text: str, path: Any, line: int | None = None) -> Any:
     """``text`` as JSON, nested at most :data:`NESTING` deep; a ``json.JSONDecodeError`` is the caller's."""
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise _too_deep(path, line) from None
-    if nested_too_deep(value):
-        raise _too_deep(path, line)
-    return value
+    return _loaded(json.loads, text, path, line)
 
 
 def yaml_value(text: str, path: Any) -> Any:
     """``text`` as YAML (safe loader), nested at most :data:`NESTING` deep; a ``yaml.YAMLError`` is the caller's."""
     import yaml
+    return _loaded(yaml.safe_load, text, path, None)
+
+
+def _loaded(load: Any, text: str, path: Any, line: int | None) -> Any:
+    """``load(text)``, refused by name when nested deeper than :data:`NESTING`."""
     try:
-        value = yaml.safe_load(text)
+        value = load(text)
     except RecursionError:
-        raise _too_deep(path, None) from None
+        raise _too_deep(path, line) from None
     if nested_too_deep(value):
-        raise _too_deep(path, None)
+        raise _too_deep(path, line)
     return value
 
 
