@@ -44,7 +44,9 @@ PYEOF
     if [ -f "$run/$f" ]; then cp -p "$run/$f" "$dest/$f"; fi
   done
   if [ -f "$run/train.log" ]; then      # the worktree's absolute path, where the log names the run, as results/
-    sed "s#$src_abs/#results/#g" "$run/train.log" > "$dest/train.log"
+    # (also the path of another checkout where the run was made and copied from: .../results/<the run>)
+    rel_re=$(printf '%s' "$rel" | sed 's/[][\\.*^$#]/\\&/g')
+    sed -e "s#$src_abs/#results/#g" -e "s#/[^ ]*/results/$rel_re#results/$rel#g" "$run/train.log" > "$dest/train.log"
     touch -r "$run/train.log" "$dest/train.log"
   fi
   copied=$((copied + 1))

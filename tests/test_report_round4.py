@@ -153,7 +153,11 @@ def test_round4_rows_carry_their_power_at_n_and_at_the_plans_n(tmp_path):
     assert much.planned_power == (pytest.approx(claim_power("≫", 8.0, 5, 0.05 / 2, 10.0, 10.0)), 5)
     assert same.power == pytest.approx(claim_power("≈", 8.0, 5, 0.05 / 2, 10.0, 10.0))
     from dadam3.report import sections_plan
-    assert sections_plan.power_text(much) == f"{much.power:.2f} at n = 5 (planned {much.power:.2f} at n = 5)"
+    import statistics
+    sd = statistics.stdev(much.primary.paired.diffs)
+    assert much.observed_power == (pytest.approx(claim_power("≫", sd, 5, 0.05 / 2, 10.0, 10.0)), pytest.approx(sd))
+    assert sections_plan.power_text(much) == (f"{much.power:.2f} at n = 5 (planned {much.power:.2f} at n = 5); "
+                                              f"{much.observed_power[0]:.2f} at the observed SD {sd:.1f}")
 
 
 def test_a_side_that_does_not_train_makes_a_round4_claim_not_testable(tmp_path):
@@ -182,3 +186,31 @@ def test_a_seed_seen_elsewhere_or_listed_as_seen_refuses_the_plan(tmp_path):
     listed = {**copy.deepcopy(ROUND4), "family": "t3", "runs": "results/fmnist/round3/t3", "seen_seeds": [5]}
     seen = family(tmp_path, listed).seen            # t2's runs are runs of the same figure outside t3's folder
     assert "seed 5 (in the plan's own list of seen seeds, `fmnist/round3/t2/lr8e-4/adam3/seed5`" in seen
+
+
+@pytest.mark.parametrize("rel, effect, sd, n, alpha", [
+    ("≫", 10.0, 8.0, 14, 0.05 / 11),
+    ("≫", 10.0, 41.4, 20, 0.05 / 2),
+    ("≈", 10.0, 8.0, 14, 0.05 / 11),
+    ("≈", 15.0, 20.0, 16, 0.05 / 4),
+])
+def test_claim_power_matches_a_simulation_of_the_paired_tests(rel, effect, sd, n, alpha):
+    """The closed forms against 200 000 simulated paired samples (normal differences, seeded): the
+    paired t test's rejection rate at a true effect, TOST's at a true 0 (margin = effect)."""
+    import numpy as np
+    from scipy import stats as st
+
+    from dadam3.report.power import claim_power
+    d = np.random.default_rng(7).normal(effect if rel == "≫" else 0.0, sd, size=(200_000, n))
+    m, se = d.mean(axis=1), d.std(axis=1, ddof=1) / np.sqrt(n)
+    if rel == "≫":
+        hit = np.abs(m / se) > st.t.ppf(1 - alpha / 2, n - 1)
+    else:
+        t = st.t.ppf(1 - alpha, n - 1)
+        hit = (m - t * se > -effect) & (m + t * se < effect)
+    assert claim_power(rel, sd, n, alpha, effect, effect) == pytest.approx(hit.mean(), abs=0.005)
+
+
+def test_power_at_an_effect_far_beyond_the_sd_is_one_not_nan():
+    from dadam3.report.power import power_difference
+    assert power_difference(10.0, 0.5, 5, 0.025) == 1.0

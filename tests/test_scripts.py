@@ -273,8 +273,16 @@ def test_copy_runs_writes_the_worktrees_absolute_path_in_a_log_as_results(tmp_pa
     (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "status": "finished"}) + "\n")
     (run / "run_id").write_text("r1\n")
     (run / "train.log").write_text(f"[t][dadam3.train][INFO] - finished 1 iterations in 0.1 s -> {run}\n")
+    made_elsewhere = src / "toy" / "lr1.6e-3" / "b"         # made in another checkout, then copied here
+    made_elsewhere.mkdir(parents=True)
+    for f in ("metrics.jsonl", "run_id"):
+        (made_elsewhere / f).write_bytes((run / f).read_bytes())
+    (made_elsewhere / "train.log").write_text(
+        f"[t][dadam3.train][INFO] - finished 1 iterations in 0.1 s -> {tmp_path}/other/results/toy/lr1.6e-3/b\n")
     r = subprocess.run(["bash", str(repo / "scripts" / "copy_runs.sh"), str(src), "toy"], capture_output=True,
                        text=True, env={**os.environ, "PYTHON": sys.executable})
     assert r.returncode == 0, r.stderr
     assert (repo / "results" / "toy" / "a" / "train.log").read_text().endswith("-> results/toy/a\n")
+    assert (repo / "results" / "toy" / "lr1.6e-3" / "b" / "train.log").read_text().endswith(
+        "-> results/toy/lr1.6e-3/b\n")
     assert (repo / "results" / "toy" / "a" / "run_id").read_text() == "r1\n"

@@ -66,6 +66,7 @@ class Row:
     note: str = ""                     # an older plan's row: a side that does not train, named
     power: float | None = None         # at the judged n, the plan's SD and smallest effect, alpha / rows
     planned_power: tuple[float, int] | None = None      # (power, n) at the plan's n
+    observed_power: tuple[float, float] | None = None   # (power, SD) at the judged n and the observed paired SD
 
 
 @dataclass
@@ -315,3 +316,7 @@ def judge_rules(root: Path, plan: Plan, row: Row, units: dict, family_size: int,
         row.power = claim_power(row.claim.rel, sd, row.primary.paired.n, level, effect, plan.margin)
         n = min(len(fresh_of(plan, u.split("@")[0])[0]) for u in row.units)
         row.planned_power = (claim_power(row.claim.rel, sd, n, level, effect, plan.margin), n)
+        observed = statistics.stdev(row.primary.paired.diffs) if row.primary.paired.n > 1 else 0.0
+        if observed > 0.0:
+            row.observed_power = (claim_power(row.claim.rel, observed, row.primary.paired.n, level, effect,
+                                              plan.margin), observed)

@@ -23,7 +23,9 @@ def glance(root: Path, families: list | None = None) -> list[str]:
              "difference a − b (lower FID is better, so negative favours the first), mean [95 % t interval], n and "
              "seeds. Power: of the claim's test at its n, at the plan's planning SD and smallest effect (for \"≈\": "
              "equivalence within the margin when the true difference is 0), at α over the family's rows (Holm's "
-             "first step), and at the plan's n. A family whose runs mix code commits or machine classes within a "
+             "first step), and at the plan's n; then at the SD the fresh seeds' paired differences showed (the same "
+             "effect and level: a planning SD that was too small shows there). A family whose runs mix code "
+             "commits or machine classes within a "
              "seed, or whose seeds were seen before, is not judged; a round-4 claim with a side that does not "
              "train is not testable at this budget.", ""]
     lines += sp.GLANCE_HEAD + sp.glance_rows(families or []) + [""]

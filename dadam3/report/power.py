@@ -32,7 +32,7 @@ def power_difference(effect: float, sd: float, n: int, alpha: float) -> float:
     df = n - 1
     t = scipy_stats.t.ppf(1.0 - alpha / 2.0, df)
     nc = abs(effect) * math.sqrt(n) / sd
-    return float(scipy_stats.nct.sf(t, df, nc) + scipy_stats.nct.cdf(-t, df, nc))
+    return float(scipy_stats.nct.sf(t, df, nc) + scipy_stats.nct.sf(t, df, -nc))   # the cdf at -t is NaN at large nc
 
 
 def power_equivalence(margin: float, sd: float, n: int, alpha: float, true: float = 0.0) -> float:

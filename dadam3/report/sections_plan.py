@@ -55,7 +55,9 @@ def power_text(row: Row) -> str:
     if row.power is None:
         return "–" if row.primary is None else "– (the plan has no power calculation)"
     planned = f" (planned {row.planned_power[0]:.2f} at n = {row.planned_power[1]})" if row.planned_power else ""
-    return f"{row.power:.2f} at n = {row.primary.paired.n}{planned}"
+    observed = f"; {row.observed_power[0]:.2f} at the observed SD {row.observed_power[1]:.1f}" \
+        if row.observed_power else ""
+    return f"{row.power:.2f} at n = {row.primary.paired.n}{planned}{observed}"
 
 
 def wins_text(row: Row) -> str:
