@@ -214,3 +214,22 @@ def test_claim_power_matches_a_simulation_of_the_paired_tests(rel, effect, sd, n
 def test_power_at_an_effect_far_beyond_the_sd_is_one_not_nan():
     from dadam3.report.power import power_difference
     assert power_difference(10.0, 0.5, 5, 0.025) == 1.0
+
+
+def test_a_round4_claim_stands_beside_the_same_claim_of_the_plan_it_retests(tmp_path, monkeypatch):
+    """retests.section pairs rows by sides, relation, measure and matched rule; a claim without an older
+    twin reads "new in round 4"; a family that retests nothing gives no section."""
+    import dataclasses
+
+    from dadam3.report import retests
+    fam = judged_round4(tmp_path)
+    older = dataclasses.replace(fam, plan=dataclasses.replace(fam.plan, family="t2_old", round=3),
+                                rows=fam.rows[:1])
+    assert retests.section([fam, older]) == []
+    monkeypatch.setitem(retests.RETESTS, "t2", "t2_old")
+    lines = retests.section([older, fam])
+    much, same = (line for line in lines if line.startswith("| [t2]("))
+    p = fam.rows[0].primary.paired
+    numbers = f"{p.mean:+.1f} FID [{p.low:+.1f}, {p.high:+.1f}], n = 5"
+    assert much.count(numbers) == 2 and "(was [t2_old](" in much
+    assert "(matched: both)" in same and "| new in round 4 |" in same

@@ -16,6 +16,7 @@ from dadam3.report.glance import glance
 from dadam3.report import families as fam
 from dadam3.report import plan as plans
 from dadam3.report import runs as run_files
+from dadam3.report import retests
 from dadam3.report import sections_plan as sp
 from dadam3.report.evidence import THRESHOLDS
 from dadam3.report.multiplicity import WORDING
@@ -92,7 +93,7 @@ def build(root: Path, plan_dir: Path = plans.PLAN_DIR) -> tuple[str, Output, lis
 
 def _build(root: Path, out: Output, plan_list: list) -> tuple[str, Output, list[str]]:
     families = [fam.build(root, p) for p in plan_list]
-    body = glance(root, families) + [line for f in families for line in sp.section(f)]
+    body = glance(root, families) + retests.section(families) + [line for f in families for line in sp.section(f)]
     body += paper.fig1(root, out) + paper.image_figures(root, out)
     body += fm.comparison(root, out, "fig2", "Round 2 (history): Fig. 2 in miniature (one node)",
                           "Paper: " + paper.claims.FIG2 + MINIATURE, paper.claims.CLAIMS_FIG2)
