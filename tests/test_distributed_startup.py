@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -81,3 +82,28 @@ def test_torchrun_without_placement_distributed_says_so(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^placement=local: this process is rank 1 of WORLD_SIZE=2 \(started by "
                                           r"torchrun\): set placement=distributed"):
         build_trainer(train_settings(config(SMALL)), tmp_path / "run")
+
+
+LEAVE = textwrap.dedent('''
+    import os
+    from dadam3.distributed import init_from_env, shutdown
+    from dadam3.gan.memory import net_costs
+    init_from_env("gloo", 30.0, cuda=False)
+    net_costs("mlp", 2, {}, {})      # the memory check's meta-device forward: torch._dynamo's first import
+    shutdown()
+    print("threads:", sorted({open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")}))
+''')
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the threads' names from /proc")
+def test_shutdown_ends_the_groups_threads_even_after_torch_dynamo_loads(tmp_path):
+    """A group that outlived shutdown() kept gloo's threads running into the interpreter's exit,
+    where they raced it: a rank died with SIGABRT (`terminate called without an active exception`)
+    about once in a few hundred runs. torch._dynamo, first imported after the group formed, kept it."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE)
+    r = subprocess.run([str(TORCHRUN), "--standalone", "--nproc-per-node=2", str(script)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env={**ENV, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = [line for line in r.stdout.splitlines() if line.startswith("threads:")]
+    assert len(said) == 2 and not any("gloo" in line for line in said), r.stdout

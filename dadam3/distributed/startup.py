@@ -111,6 +111,11 @@ def _init_group(backend: str, rank: int, world: int, timeout_s: float, device: t
     a ConfigError; a rendezvous that fails or hangs is :class:`DistributedTimeout` (the watchdog
     prints it and exits, as :func:`exit_on_peer_failure` does, if the backend does not return)."""
     kw = {"device_id": device} if backend == "nccl" else {}
+    # Imported after the group forms (the memory check's first meta-device forward imports it),
+    # torch._dynamo keeps the default group alive past destroy_process_group (torch 2.14), and
+    # gloo's threads then race the interpreter's exit: SIGABRT, `terminate called without an
+    # active exception`. Imported first, the group dies in shutdown().
+    import torch._dynamo  # noqa: F401
     addr, port = os.environ.get("MASTER_ADDR", "?"), os.environ.get("MASTER_PORT", "?")
     hung = (f"rank {rank}: the process group of {world} ranks did not form within timeout_s={timeout_s:g} "
             f"(MASTER_ADDR={addr}, MASTER_PORT={port}): a peer never started or died, or another program "
