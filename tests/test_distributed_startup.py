@@ -99,7 +99,7 @@ LEAVE = textwrap.dedent('''
 def test_shutdown_ends_the_groups_threads_even_after_torch_dynamo_loads(tmp_path):
     """A group that outlived shutdown() kept gloo's threads running into the interpreter's exit,
     where they raced it: a rank died with SIGABRT (`terminate called without an active exception`),
-    once in CI and in none of 150 repeats here. torch._dynamo, first imported after the group formed,
+    once in CI and in none of 144 repeats here. torch._dynamo, first imported after the group formed,
     kept it alive."""
     script = tmp_path / "leave.py"
     script.write_text(LEAVE)
