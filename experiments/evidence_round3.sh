@@ -10,7 +10,9 @@
 #            cell is at an edge, then the fresh seeds at the chosen cells), runs it seed by seed, and
 #            asks again until nothing is left; "SEEDS" keeps only those seeds (two queues on two
 #            cores: disjoint seeds; a queue with nothing of its own to run waits for the other's,
-#            asking every POLL_S seconds, 60 by default). A run that does not finish stops it. A seed
+#            asking every POLL_S seconds, 60 by default, while the search still has runs left; once
+#            only other seeds' fresh runs are left, nothing more can come its way and it stops,
+#            status 0). A run that does not finish stops it. A seed
 #            whose runs so far ran on another machine class (provenance device_model) is left for a
 #            machine of that class (one line each); when only such seeds are left, it stops (status 3).
 #   FAMILY   a plan's file name: fig2 | fig3 | heterogeneous | fig2_r4 | fig3_stable | shared_scale
@@ -52,6 +54,14 @@ family=${1:?FAMILY: a plan of docs/analysis_plan (fig2, fig3, heterogeneous, fig
 plan_seeds() {       # the selection and fresh seeds of the plan, one line
   "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []), *d['fresh_seeds'])" "docs/analysis_plan/$1.yaml"
 }
+selection_seeds() {  # the plan's selection seeds (those its step-size search runs on), one line
+  "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []))" "docs/analysis_plan/$1.yaml"
+}
+search_left() {      # do the lines "SEED CELLS..." of $1 (the report's --next) hold a run of a selection seed?
+  local seed cells
+  while read -r seed cells; do [[ " $searching " != *" $seed "* ]] || return 0; done <<< "$1"
+  return 1
+}
 check_seeds() {      # every seed of $2 an integer and a seed of plan $1, else one line and status 2
   local known s; known=$(plan_seeds "$1") || { echo "error: FAMILY=$1: docs/analysis_plan/$1.yaml cannot be read; nothing run" >&2; exit 2; }
   for s in $2; do
@@ -62,7 +72,7 @@ check_seeds() {      # every seed of $2 an integer and a seed of plan $1, else o
 if [ "${2:-}" = next ]; then
   [ -f "docs/analysis_plan/$family.yaml" ] || { echo "error: FAMILY=$family: no docs/analysis_plan/$family.yaml (allowed: $(cd docs/analysis_plan && ls -- *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')); nothing run" >&2; exit 2; }
   check_seeds "$family" "${3:-}"
-  only=${3:-} previous= waiting= said=
+  only=${3:-} previous= waiting= said= searching=$(selection_seeds "$family")
   held=$(mktemp); trap 'rm -f "$held"' EXIT
   while :; do
     rc=0; all=$("$PY" -m dadam3.report --results "$CODE/results" --plans docs/analysis_plan --next "$family" 2> "$held") || rc=$?
@@ -75,7 +85,11 @@ if [ "${2:-}" = next ]; then
       echo "error: $family: what is left needs another machine class (above); nothing more run here" >&2; exit 3
     fi
     if [ -z "$all" ]; then echo "$family: nothing left to run; make report judges it"; exit 0; fi
-    if [ -z "$todo" ]; then      # the other seeds' runs (another queue's) come first: the search needs them
+    if [ -z "$todo" ] && ! search_left "$all"; then
+      echo "$family: nothing left to run on seeds $only; the rest is other seeds' fresh runs: ${all//$'\n'/; }"
+      exit 0
+    fi
+    if [ -z "$todo" ]; then      # the other seeds' search runs (another queue's) come first: its choice needs them
       [ -n "$waiting" ] || echo "$family: nothing to run on seeds $only until these are done: ${all//$'\n'/; }"
       waiting=1; sleep "${POLL_S:-60}"; continue
     fi

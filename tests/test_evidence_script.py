@@ -116,6 +116,22 @@ def test_a_queue_with_nothing_of_its_own_says_what_it_waits_for_once_and_asks_ag
     assert rest == "", rest
 
 
+def test_a_queue_whose_seeds_are_done_stops_once_only_other_seeds_fresh_runs_are_left(tmp_path):
+    """Waiting is for the search, whose choice may give this queue more runs; once the search is done,
+    the runs left are other seeds' fresh runs at known cells, so it stops (it polled for ever before)."""
+    p = project(tmp_path)
+    for method, lrs in (("adam3", (4e-4, 8e-4, 1.6e-3)), ("oadagrad", (1e-2, 2e-2, 3e-2))):
+        for lr in lrs:
+            for s in (0, 1, 2):
+                make_run(p / "results", method, lr, s, crafted_fid(method, lr, s), machine=here())
+    for method, lr in (("adam3", 8e-4), ("oadagrad", 2e-2)):
+        make_run(p / "results", method, lr, 3, crafted_fid(method, lr, 3), machine=here())
+    r = run(p, "0 1 2 3", POLL_S="0.2")
+    assert r.returncode == 0 and not (p / "calls.log").exists(), r.stderr
+    assert r.stdout.splitlines() == ["t2: nothing left to run on seeds 0 1 2 3; the rest is other seeds' fresh runs: "
+                                     + "; ".join(f"{s} adam3@8e-4 oadagrad@2e-2" for s in (4, 5, 6, 7))]
+
+
 def test_runs_that_do_not_finish_stop_it_after_one_pass_naming_them(tmp_path):
     r = run(project(tmp_path), UNFINISHED="1")
     assert r.returncode == 1 and len(calls(tmp_path)) == 18
