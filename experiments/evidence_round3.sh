@@ -51,11 +51,8 @@ changed=$(git -C "$CODE" status --porcelain --untracked-files=no 2>&1) || {
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 family=${1:?FAMILY: a plan of docs/analysis_plan (fig2, fig3, heterogeneous, fig2_r4, fig3_stable, shared_scale)}
-plan_seeds() {       # the selection and fresh seeds of the plan, one line
-  "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []), *d['fresh_seeds'])" "docs/analysis_plan/$1.yaml"
-}
-selection_seeds() {  # the plan's selection seeds (those its step-size search runs on), one line
-  "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []))" "docs/analysis_plan/$1.yaml"
+plan_seeds() {       # the plan's seeds, one line: its selection seeds (those its step-size search runs on), then with "all" its fresh seeds
+  "$PY" -c "import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); print(*(d.get('selection') or {}).get('seeds', []), *(d['fresh_seeds'] if sys.argv[2] == 'all' else []))" "docs/analysis_plan/$1.yaml" "$2"
 }
 search_left() {      # do the lines "SEED CELLS..." of $1 (the report's --next) hold a run of a selection seed?
   local seed cells
@@ -63,7 +60,7 @@ search_left() {      # do the lines "SEED CELLS..." of $1 (the report's --next) 
   return 1
 }
 check_seeds() {      # every seed of $2 an integer and a seed of plan $1, else one line and status 2
-  local known s; known=$(plan_seeds "$1") || { echo "error: FAMILY=$1: docs/analysis_plan/$1.yaml cannot be read; nothing run" >&2; exit 2; }
+  local known s; known=$(plan_seeds "$1" all) || { echo "error: FAMILY=$1: docs/analysis_plan/$1.yaml cannot be read; nothing run" >&2; exit 2; }
   for s in $2; do
     [[ "$s" =~ ^[0-9]+$ ]] && [[ " $known " == *" $s "* ]] || {
       echo "error: SEEDS: $s is not a seed of docs/analysis_plan/$1.yaml (allowed: $known); nothing run" >&2; exit 2; }
@@ -72,7 +69,7 @@ check_seeds() {      # every seed of $2 an integer and a seed of plan $1, else o
 if [ "${2:-}" = next ]; then
   [ -f "docs/analysis_plan/$family.yaml" ] || { echo "error: FAMILY=$family: no docs/analysis_plan/$family.yaml (allowed: $(cd docs/analysis_plan && ls -- *.yaml | sed 's/\.yaml$//' | tr '\n' ' ')); nothing run" >&2; exit 2; }
   check_seeds "$family" "${3:-}"
-  only=${3:-} previous= waiting= said= searching=$(selection_seeds "$family")
+  only=${3:-} previous= waiting= said= searching=$(plan_seeds "$family" selection)
   held=$(mktemp); trap 'rm -f "$held"' EXIT
   while :; do
     rc=0; all=$("$PY" -m dadam3.report --results "$CODE/results" --plans docs/analysis_plan --next "$family" 2> "$held") || rc=$?
